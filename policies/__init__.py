@@ -1,0 +1,1 @@
+"""Shipped policy presets (YAML data, loaded by proxy.policy)."""

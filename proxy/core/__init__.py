@@ -1,0 +1,1 @@
+"""Pure core: no I/O. Message normalisation, identifiers, lineage, transitions, diff, policy."""

@@ -1,0 +1,454 @@
+"""One normalised message model for every wire dialect.
+
+OpenAI chat completions, OpenAI Responses API input items and Anthropic messages
+(with content blocks) all become a :class:`Snapshot`: the system prompt, an ordered
+tuple of :class:`Message`, and the tool definitions — everything the model will see.
+
+Contracts:
+- Pure functions, no I/O. Input bodies are never mutated.
+- Every :class:`Message` carries a content ``digest`` (stable across dialects for the
+  same role and parts) used for lineage matching and as a cache key, so each message is
+  hashed, tokenised and scanned once.
+- Binary data (images, audio, documents, encrypted items) becomes a part of kind
+  ``binary`` or ``opaque`` whose ``text`` is empty: it is never tokenised as text nor
+  scanned for identifiers. Its digest still covers the payload so lineage sees changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+Role = Literal["system", "user", "assistant", "tool"]
+PartKind = Literal["text", "tool_call", "tool_result", "thinking", "binary", "opaque"]
+Dialect = Literal["openai_chat", "openai_responses", "anthropic", "plain"]
+
+#: Part kinds whose ``text`` is visible to the model and worth scanning.
+TEXTUAL_KINDS: frozenset[str] = frozenset({"text", "tool_call", "tool_result", "thinking"})
+
+
+class MessageFormatError(ValueError):
+    """The body is not a message list of any dialect we understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One piece of a message.
+
+    - ``text``: plain text.
+    - ``tool_call``: the model calls a tool; ``text`` is the arguments as JSON text,
+      ``tool_name`` and ``tool_call_id`` identify it.
+    - ``tool_result``: output of a tool call; ``text`` is its textual content.
+    - ``thinking``: visible reasoning text.
+    - ``binary`` / ``opaque``: images, files, encrypted or unknown items; no text.
+    """
+
+    kind: PartKind
+    text: str = ""
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    is_error: bool = False
+    #: Hash of the payload for binary/opaque parts (the payload itself is not kept).
+    payload_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    parts: tuple[Part, ...]
+    name: str | None = None
+    digest: str = field(default="", compare=False)
+
+    @property
+    def text(self) -> str:
+        """All model-visible text of the message, parts joined by newlines."""
+        return "\n".join(p.text for p in self.parts if p.kind in TEXTUAL_KINDS and p.text)
+
+    @property
+    def tool_calls(self) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if p.kind == "tool_call")
+
+    @property
+    def tool_results(self) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if p.kind == "tool_result")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDef:
+    name: str
+    description: str = ""
+    #: The parameter schema as canonical JSON text (model-visible).
+    schema: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the model sees for one request, dialect-independent."""
+
+    dialect: Dialect
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolDef, ...] = ()
+    model: str | None = None
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        return tuple(m.digest for m in self.messages)
+
+    def visible_text(self) -> str:
+        """System prompt, every message and every tool definition, as one text."""
+        chunks = [self.system]
+        chunks.extend(m.text for m in self.messages)
+        chunks.extend(f"{t.name}\n{t.description}\n{t.schema}" for t in self.tools)
+        return "\n".join(c for c in chunks if c)
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(role.encode())
+    h.update(b"\x00")
+    h.update((name or "").encode())
+    for p in parts:
+        h.update(b"\x01")
+        h.update(p.kind.encode())
+        h.update(b"\x00")
+        h.update(p.text.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+        h.update((p.tool_name or "").encode())
+        h.update(b"\x00")
+        h.update((p.tool_call_id or "").encode())
+        h.update(b"\x00")
+        h.update((p.payload_digest or "").encode())
+        h.update(b"\x01" if p.is_error else b"\x00")
+    return h.hexdigest()
+
+
+def make_message(role: Role, parts: Iterable[Part], name: str | None = None) -> Message:
+    """Build a message with its content digest (the only way messages should be built)."""
+    ps = tuple(parts)
+    return Message(role=role, parts=ps, name=name, digest=_digest_of(role, ps, name))
+
+
+def text_message(role: Role, text: str) -> Message:
+    return make_message(role, (Part("text", text),))
+
+
+def _canonical_json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _payload_digest(value: Any) -> str:
+    raw = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()
+    return hashlib.blake2b(raw, digest_size=12).hexdigest()
+
+
+# --------------------------------------------------------------------------- OpenAI chat
+
+
+def _openai_content_parts(content: Any) -> list[Part]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [Part("text", content)] if content else []
+    if not isinstance(content, list):
+        raise MessageFormatError(f"message content must be a string or a list, got {type(content).__name__}")
+    parts: list[Part] = []
+    for item in content:
+        if isinstance(item, str):
+            parts.append(Part("text", item))
+            continue
+        if not isinstance(item, Mapping):
+            raise MessageFormatError("content parts must be objects")
+        kind = item.get("type")
+        if kind in ("text", "input_text", "output_text"):
+            parts.append(Part("text", str(item.get("text", ""))))
+        elif kind == "refusal":
+            parts.append(Part("text", str(item.get("refusal", ""))))
+        else:  # image_url, input_audio, file, input_image, ...
+            parts.append(Part("binary", payload_digest=_payload_digest(item)))
+    return parts
+
+
+def _openai_chat_message(raw: Any) -> tuple[str, Message]:
+    """Returns ("system", msg) for system/developer messages, else ("msg", msg)."""
+    if not isinstance(raw, Mapping):
+        raise MessageFormatError("each message must be an object")
+    role = raw.get("role")
+    name = raw.get("name") if isinstance(raw.get("name"), str) else None
+    if role in ("system", "developer"):
+        return "system", make_message("system", _openai_content_parts(raw.get("content")), name)
+    if role == "user":
+        return "msg", make_message("user", _openai_content_parts(raw.get("content")), name)
+    if role == "assistant":
+        parts = _openai_content_parts(raw.get("content"))
+        for tc in raw.get("tool_calls") or ():
+            fn = tc.get("function") or {}
+            parts.append(
+                Part(
+                    "tool_call",
+                    _canonical_json(fn.get("arguments", "")),
+                    tool_name=fn.get("name"),
+                    tool_call_id=tc.get("id"),
+                )
+            )
+        fc = raw.get("function_call")
+        if isinstance(fc, Mapping):
+            parts.append(Part("tool_call", _canonical_json(fc.get("arguments", "")), tool_name=fc.get("name")))
+        return "msg", make_message("assistant", parts, name)
+    if role == "tool":
+        body = _openai_content_parts(raw.get("content"))
+        text = "\n".join(p.text for p in body if p.kind == "text")
+        return "msg", make_message("tool", (Part("tool_result", text, tool_call_id=raw.get("tool_call_id")),))
+    if role == "function":  # legacy function-calling result
+        text = raw.get("content") if isinstance(raw.get("content"), str) else ""
+        return "msg", make_message("tool", (Part("tool_result", text or "", tool_name=name),))
+    raise MessageFormatError(f"unknown message role {role!r}")
+
+
+def _openai_tools(tools: Any) -> tuple[ToolDef, ...]:
+    out: list[ToolDef] = []
+    for t in tools or ():
+        if not isinstance(t, Mapping):
+            continue
+        fn = t.get("function") if isinstance(t.get("function"), Mapping) else t
+        out.append(
+            ToolDef(
+                name=str(fn.get("name", t.get("type", ""))),
+                description=str(fn.get("description", "") or ""),
+                schema=_canonical_json(fn.get("parameters", fn.get("input_schema", ""))),
+            )
+        )
+    return tuple(out)
+
+
+def from_openai_chat(body: Mapping[str, Any]) -> Snapshot:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list):
+        raise MessageFormatError("'messages' must be a list")
+    system: list[str] = []
+    out: list[Message] = []
+    for raw in msgs:
+        where, m = _openai_chat_message(raw)
+        if where == "system" and not out:
+            system.append(m.text)
+        else:
+            out.append(m)
+    return Snapshot(
+        dialect="openai_chat",
+        system="\n".join(system),
+        messages=tuple(out),
+        tools=_openai_tools(body.get("tools") or body.get("functions")),
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+    )
+
+
+# --------------------------------------------------------------------------- Anthropic
+
+
+def _anthropic_tool_result_text(content: Any) -> tuple[str, list[Part]]:
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    texts: list[str] = []
+    extra: list[Part] = []
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            texts.append(str(block.get("text", "")))
+        else:
+            extra.append(Part("binary", payload_digest=_payload_digest(block)))
+    return "\n".join(texts), extra
+
+
+def _anthropic_blocks(content: Any) -> list[Part]:
+    if isinstance(content, str):
+        return [Part("text", content)] if content else []
+    if not isinstance(content, list):
+        raise MessageFormatError("Anthropic message content must be a string or a list of blocks")
+    parts: list[Part] = []
+    for block in content:
+        if not isinstance(block, Mapping):
+            raise MessageFormatError("content blocks must be objects")
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(Part("text", str(block.get("text", ""))))
+        elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+            parts.append(
+                Part(
+                    "tool_call",
+                    _canonical_json(block.get("input", {})),
+                    tool_name=block.get("name"),
+                    tool_call_id=block.get("id"),
+                )
+            )
+        elif kind in ("tool_result", "mcp_tool_result") or (
+            isinstance(kind, str) and kind.endswith("_tool_result")
+        ):
+            text, extra = _anthropic_tool_result_text(block.get("content"))
+            parts.append(
+                Part(
+                    "tool_result",
+                    text,
+                    tool_call_id=block.get("tool_use_id"),
+                    is_error=bool(block.get("is_error", False)),
+                )
+            )
+            parts.extend(extra)
+        elif kind == "thinking":
+            parts.append(Part("thinking", str(block.get("thinking", ""))))
+        elif kind in ("redacted_thinking", "compaction", "container_upload"):
+            parts.append(Part("opaque", payload_digest=_payload_digest(block)))
+        else:  # image, document, search_result, ...
+            parts.append(Part("binary", payload_digest=_payload_digest(block)))
+    return parts
+
+
+def _anthropic_system(system: Any) -> str:
+    if system is None:
+        return ""
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n".join(str(b.get("text", "")) for b in system if isinstance(b, Mapping))
+    raise MessageFormatError("'system' must be a string or a list of text blocks")
+
+
+def from_anthropic(body: Mapping[str, Any]) -> Snapshot:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list):
+        raise MessageFormatError("'messages' must be a list")
+    out: list[Message] = []
+    for raw in msgs:
+        if not isinstance(raw, Mapping):
+            raise MessageFormatError("each message must be an object")
+        role = raw.get("role")
+        if role not in ("user", "assistant"):
+            raise MessageFormatError(f"Anthropic message role must be user or assistant, got {role!r}")
+        parts = _anthropic_blocks(raw.get("content"))
+        if role == "user" and parts and all(p.kind in ("tool_result", "binary") for p in parts) and any(
+            p.kind == "tool_result" for p in parts
+        ):
+            out.append(make_message("tool", parts))
+        else:
+            out.append(make_message(role, parts))
+    return Snapshot(
+        dialect="anthropic",
+        system=_anthropic_system(body.get("system")),
+        messages=tuple(out),
+        tools=_openai_tools(body.get("tools")),
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+    )
+
+
+# --------------------------------------------------------------------------- Responses API
+
+
+def _responses_item(item: Any) -> tuple[str, Message | None]:
+    if isinstance(item, str):
+        return "msg", text_message("user", item)
+    if not isinstance(item, Mapping):
+        raise MessageFormatError("each input item must be an object")
+    kind = item.get("type", "message")
+    if kind == "message" or ("role" in item and kind not in ("function_call", "function_call_output")):
+        role = item.get("role")
+        parts = _openai_content_parts(item.get("content"))
+        if role in ("system", "developer"):
+            return "system", make_message("system", parts)
+        if role not in ("user", "assistant"):
+            raise MessageFormatError(f"unknown input item role {role!r}")
+        return "msg", make_message(role, parts)
+    if kind in ("function_call", "custom_tool_call", "local_shell_call", "mcp_call"):
+        args = item.get("arguments", item.get("input", item.get("action", "")))
+        return "msg", make_message(
+            "assistant",
+            (Part("tool_call", _canonical_json(args), tool_name=item.get("name"), tool_call_id=item.get("call_id")),),
+        )
+    if kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+        out = item.get("output", "")
+        text = out if isinstance(out, str) else "\n".join(p.text for p in _openai_content_parts(out))
+        return "msg", make_message("tool", (Part("tool_result", text, tool_call_id=item.get("call_id")),))
+    # reasoning, compaction (encrypted), item_reference, web_search_call, ...: not visible as text
+    return "msg", make_message("assistant", (Part("opaque", payload_digest=_payload_digest(item)),))
+
+
+def from_openai_responses(body: Mapping[str, Any]) -> Snapshot:
+    raw_input = body.get("input")
+    items: list[Any]
+    if isinstance(raw_input, str):
+        items = [raw_input]
+    elif isinstance(raw_input, list):
+        items = raw_input
+    elif raw_input is None:
+        items = []
+    else:
+        raise MessageFormatError("'input' must be a string or a list of items")
+    system = [str(body["instructions"])] if isinstance(body.get("instructions"), str) else []
+    out: list[Message] = []
+    for item in items:
+        where, m = _responses_item(item)
+        if m is None:
+            continue
+        if where == "system" and not out:
+            system.append(m.text)
+        else:
+            out.append(m)
+    return Snapshot(
+        dialect="openai_responses",
+        system="\n".join(s for s in system if s),
+        messages=tuple(out),
+        tools=_openai_tools(body.get("tools")),
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+    )
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _looks_anthropic(msgs: Sequence[Any]) -> bool:
+    for m in msgs:
+        if isinstance(m, Mapping) and isinstance(m.get("content"), list):
+            for b in m["content"]:
+                if isinstance(b, Mapping) and b.get("type") in ("tool_use", "tool_result", "thinking"):
+                    return True
+    return False
+
+
+def from_any(obj: Any) -> Snapshot:
+    """Normalise an OpenAI chat body, Responses body, Anthropic messages body or a bare
+    list of messages (dialect guessed from its shapes)."""
+    if isinstance(obj, list):
+        if _looks_anthropic(obj) and not any(isinstance(m, Mapping) and m.get("role") in ("system", "tool") for m in obj):
+            return from_anthropic({"messages": obj})
+        if any(isinstance(m, Mapping) and m.get("type") in ("function_call", "function_call_output") for m in obj):
+            return from_openai_responses({"input": obj})
+        snap = from_openai_chat({"messages": obj})
+        return Snapshot("plain", snap.system, snap.messages, snap.tools, snap.model)
+    if not isinstance(obj, Mapping):
+        raise MessageFormatError("expected a JSON object with messages/input, or a list of messages")
+    if "input" in obj and "messages" not in obj:
+        return from_openai_responses(obj)
+    if "messages" not in obj:
+        raise MessageFormatError("body has neither 'messages' nor 'input'")
+    msgs = obj["messages"]
+    if "system" in obj or (isinstance(msgs, list) and _looks_anthropic(msgs)):
+        return from_anthropic(obj)
+    return from_openai_chat(obj)
+
+
+def from_body(api: str, body: Mapping[str, Any]) -> Snapshot:
+    """Normalise a request body given the proxied API kind (``chat``, ``messages``,
+    ``responses``, ``count_tokens``)."""
+    if api == "chat":
+        return from_openai_chat(body)
+    if api in ("messages", "count_tokens"):
+        return from_anthropic(body)
+    if api == "responses":
+        return from_openai_responses(body)
+    raise MessageFormatError(f"API kind {api!r} carries no message history")
