@@ -1,0 +1,147 @@
+"""The normalised message model: every dialect becomes the same Snapshot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from proxy.core.messages import (
+    MessageFormatError,
+    from_anthropic,
+    from_any,
+    from_body,
+    from_openai_chat,
+    from_openai_responses,
+)
+
+OPENAI_CHAT = {
+    "model": "gpt-4o",
+    "messages": [
+        {"role": "system", "content": "You are a migration agent."},
+        {"role": "user", "content": "Apply the pending migration."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command":"alembic upgrade head"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Running upgrade  -> 3f2a9c1d4e5b"},
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+    ],
+    "tools": [{"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}],
+}
+
+ANTHROPIC = {
+    "model": "claude-sonnet-4-5",
+    "system": [{"type": "text", "text": "You are a migration agent."}],
+    "messages": [
+        {"role": "user", "content": "Apply the pending migration."},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "call_1", "name": "bash", "input": {"command": "alembic upgrade head"}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "Running upgrade  -> 3f2a9c1d4e5b"}],
+        },
+    ],
+}
+
+RESPONSES = {
+    "model": "gpt-5",
+    "instructions": "You are a migration agent.",
+    "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Apply the pending migration."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "bash", "arguments": '{"command":"alembic upgrade head"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Running upgrade  -> 3f2a9c1d4e5b"},
+        {"type": "reasoning", "encrypted_content": "gAAAA...opaque"},
+    ],
+}
+
+
+def test_openai_chat_roles_tools_and_binary() -> None:
+    snap = from_openai_chat(OPENAI_CHAT)
+    assert snap.dialect == "openai_chat"
+    assert snap.system == "You are a migration agent."
+    assert [m.role for m in snap.messages] == ["user", "assistant", "tool", "user"]
+    call = snap.messages[1].tool_calls[0]
+    assert (call.tool_name, call.tool_call_id) == ("bash", "call_1")
+    assert json.loads(call.text) == {"command": "alembic upgrade head"}
+    assert snap.messages[2].tool_results[0].text.endswith("3f2a9c1d4e5b")
+    # The image is kept as a binary part with no text: never tokenised nor scanned.
+    last = snap.messages[3]
+    assert [p.kind for p in last.parts] == ["text", "binary"]
+    assert last.text == "look"
+    assert "AAAA" not in snap.visible_text()
+    assert snap.tools[0].name == "bash"
+
+
+def test_same_conversation_hashes_the_same_across_dialects() -> None:
+    chat = from_openai_chat({"messages": OPENAI_CHAT["messages"][:4]})
+    anth = from_anthropic(ANTHROPIC)
+    resp = from_openai_responses({**RESPONSES, "input": RESPONSES["input"][:3]})
+    assert chat.system == anth.system == resp.system
+    assert chat.digests == anth.digests == resp.digests
+
+
+def test_responses_opaque_items_carry_no_text() -> None:
+    snap = from_openai_responses(RESPONSES)
+    assert snap.messages[-1].parts[0].kind == "opaque"
+    assert snap.messages[-1].text == ""
+    assert "gAAAA" not in snap.visible_text()
+
+
+def test_from_any_and_from_body_pick_the_dialect() -> None:
+    assert from_any(OPENAI_CHAT).dialect == "openai_chat"
+    assert from_any(ANTHROPIC).dialect == "anthropic"
+    assert from_any(RESPONSES).dialect == "openai_responses"
+    assert from_any(ANTHROPIC["messages"]).dialect == "anthropic"
+    assert from_any(OPENAI_CHAT["messages"]).dialect == "plain"
+    assert from_body("messages", ANTHROPIC).dialect == "anthropic"
+    with pytest.raises(MessageFormatError):
+        from_body("embeddings", {"input": "x"})
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"messages": "nope"},
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        {"messages": [42]},
+        {"model": "x"},
+        "text",
+        {"system": "s", "messages": [{"role": "system", "content": "x"}]},
+    ],
+)
+def test_bad_bodies_raise_a_clear_error(bad: object) -> None:
+    with pytest.raises(MessageFormatError):
+        from_any(bad)
+
+
+_text = st.text(max_size=40)
+_msg = st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant"]), _text)
+
+
+@given(st.lists(_msg, max_size=12), st.lists(_msg, min_size=1, max_size=4))
+def test_digests_of_a_prefix_are_stable_when_appending(prefix: list[dict[str, str]], extra: list[dict[str, str]]) -> None:
+    before = from_openai_chat({"messages": prefix})
+    after = from_openai_chat({"messages": prefix + extra})
+    assert after.digests[: len(before.digests)] == before.digests
+    assert len(after.messages) == len(prefix) + len(extra)
+
+
+@given(_text, _text)
+def test_digest_distinguishes_role_and_content(a: str, b: str) -> None:
+    ua = from_openai_chat({"messages": [{"role": "user", "content": a}]}).messages
+    ab = from_openai_chat({"messages": [{"role": "assistant", "content": a}]}).messages
+    ub = from_openai_chat({"messages": [{"role": "user", "content": b}]}).messages
+    if a:
+        assert ua[0].digest != ab[0].digest
+    assert (ua[0].digest == ub[0].digest) == (a == b)
