@@ -1,0 +1,369 @@
+"""The tripwire (DESIGN §4.3): after a compaction, a tool call whose arguments carry an
+identifier of a *dropped kind* that never appeared anywhere in the conversation is a
+hallucinated binding (signal 3 of DESIGN §3).
+
+:func:`find_hallucinations` is the pure check. :func:`tool_calls_of_json` reads the tool
+calls of a non-streamed response; :class:`ToolCallStreamGuard` holds a stream's tool-call
+events until each call is complete, checks it, and then releases the events, replaces
+them with an error event (``block``) or adds a note (``annotate``). Text events are never
+held, so a reply without tool calls streams exactly as before.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterable, Literal, Sequence
+
+from .reject import HALLUCINATION_CODE
+from .sse import SSEEvent, parse_event, render_event
+
+#: ``text -> [(value, norm, kind), ...]`` — the identifier catalogue, injected.
+Extractor = Callable[[str], Iterable[tuple[str, str, str]]]
+TripwireAction = Literal["block", "annotate", "warn", "off"]
+ToolApi = Literal["chat", "responses", "messages"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: str
+    call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hallucination:
+    value: str
+    kind: str
+    tool_name: str
+    call_id: str | None
+    #: Non-sensitive dropped values of the same kind (what the model probably meant).
+    expected: tuple[str, ...] = ()
+
+
+def find_hallucinations(
+    calls: Sequence[ToolCall],
+    *,
+    extract: Extractor,
+    dropped_kinds: Collection[str],
+    known_norms: Collection[str],
+    expected_by_kind: dict[str, tuple[str, ...]] | None = None,
+) -> list[Hallucination]:
+    """Identifiers of a dropped kind in tool-call arguments whose normalised value is not
+    in ``known_norms`` (every identifier seen in the conversation, before and after the
+    compaction)."""
+    if not dropped_kinds:
+        return []
+    out: list[Hallucination] = []
+    seen: set[tuple[str, str | None]] = set()
+    for call in calls:
+        for value, norm, kind in extract(call.arguments):
+            if kind not in dropped_kinds or norm in known_norms:
+                continue
+            if any(norm in k or k in norm for k in known_norms if len(k) >= 7 and len(norm) >= 7):
+                continue  # prefix/suffix of a known value (short SHA of a full one, …)
+            key = (norm, call.call_id)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(
+                Hallucination(value, kind, call.name, call.call_id, (expected_by_kind or {}).get(kind, ()))
+            )
+    return out
+
+
+def hallucination_message(found: Sequence[Hallucination]) -> str:
+    lines = [
+        "compaction-gate stopped a tool call: after a compaction dropped identifiers of the "
+        "kinds below, the model used value(s) that never appeared in this conversation "
+        "(probably invented):"
+    ]
+    for h in found:
+        line = f"- `{h.value}` ({h.kind}) in a call to {h.tool_name}"
+        if h.expected:
+            line += "; the value recorded before the compaction: " + ", ".join(f"`{v}`" for v in h.expected)
+        lines.append(line)
+    lines.append("Use the recorded value verbatim, or re-check it with a read-only command, before acting.")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def tool_calls_of_json(api: ToolApi, body: Any) -> list[ToolCall]:
+    if not isinstance(body, dict):
+        return []
+    calls: list[ToolCall] = []
+    if api == "chat":
+        for ch in body.get("choices") or ():
+            for tc in ((ch or {}).get("message") or {}).get("tool_calls") or ():
+                fn = tc.get("function") or {}
+                calls.append(ToolCall(str(fn.get("name", "")), str(fn.get("arguments", "")), tc.get("id")))
+    elif api == "responses":
+        for item in body.get("output") or ():
+            if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call"):
+                args = item.get("arguments", item.get("input", ""))
+                calls.append(ToolCall(str(item.get("name", "")), str(args), item.get("call_id")))
+    else:
+        for block in body.get("content") or ():
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                calls.append(
+                    ToolCall(str(block.get("name", "")), json.dumps(block.get("input", {})), block.get("id"))
+                )
+    return calls
+
+
+def block_json(api: ToolApi, body: dict[str, Any], message: str) -> dict[str, Any]:
+    """The response with its tool calls removed and ``message`` as the assistant's text,
+    so no agent executes the call (the HTTP status of an upstream 200 cannot change)."""
+    out = copy.deepcopy(body)
+    text = "[compaction-gate] " + message
+    if api == "chat":
+        for ch in out.get("choices") or ():
+            msg = ch.setdefault("message", {"role": "assistant"})
+            msg.pop("tool_calls", None)
+            msg.pop("function_call", None)
+            msg["content"] = text
+            ch["finish_reason"] = "stop"
+    elif api == "responses":
+        out["output"] = [
+            i for i in out.get("output") or () if not (isinstance(i, dict) and i.get("type") in ("function_call", "custom_tool_call"))
+        ] + [
+            {
+                "type": "message",
+                "id": "msg_compaction_gate",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ]
+    else:
+        out["content"] = [
+            b for b in out.get("content") or () if not (isinstance(b, dict) and b.get("type") == "tool_use")
+        ] + [{"type": "text", "text": text}]
+        out["stop_reason"] = "end_turn"
+    return out
+
+
+def annotate_json(api: ToolApi, body: dict[str, Any], message: str) -> dict[str, Any]:
+    """The response with ``message`` added as assistant text next to its tool calls."""
+    out = copy.deepcopy(body)
+    note = "[compaction-gate warning] " + message
+    if api == "chat":
+        for ch in (out.get("choices") or ())[:1]:
+            msg = ch.setdefault("message", {"role": "assistant"})
+            msg["content"] = ((msg.get("content") or "") + "\n\n" + note).lstrip()
+    elif api == "responses":
+        out.setdefault("output", []).insert(
+            0,
+            {
+                "type": "message",
+                "id": "msg_compaction_gate",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": note, "annotations": []}],
+            },
+        )
+    else:
+        out.setdefault("content", []).insert(0, {"type": "text", "text": note})
+    return out
+
+
+def stream_error_event(api: ToolApi, message: str) -> bytes:
+    """An SSE error event each official SDK raises on (OpenAI: a data object with an
+    ``error`` key; Anthropic: ``event: error``)."""
+    if api == "messages":
+        return render_event({"type": "error", "error": {"type": "invalid_request_error", "message": message}}, "error")
+    err = {"message": message, "type": "invalid_request_error", "param": None, "code": HALLUCINATION_CODE}
+    if api == "responses":
+        return render_event({"type": "error", "error": err, "message": message, "code": HALLUCINATION_CODE}, "error")
+    return render_event({"error": err})
+
+
+# --------------------------------------------------------------------------- streams
+
+
+Checker = Callable[[Sequence[ToolCall]], list[Hallucination]]
+
+
+class ToolCallStreamGuard:
+    """Hold tool-call events until each call is complete, then check them.
+
+    ``on_found(hallucinations)`` is called once per finding (for events/metrics)."""
+
+    def __init__(
+        self,
+        api: ToolApi,
+        check: Checker,
+        action: TripwireAction,
+        on_found: Callable[[list[Hallucination]], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.check = check
+        self.action = action
+        self.on_found = on_found
+        self.found: list[Hallucination] = []
+        self.blocked = False
+        self._held: list[bytes] = []
+        self._holding = False
+        # chat: per tool index -> [name, args, id]
+        self._chat_calls: dict[int, list[Any]] = {}
+        self._chat_meta: dict[str, Any] = {}
+        # anthropic: per block index
+        self._anth_calls: dict[int, list[Any]] = {}
+        self._anth_max = -1
+        self._notes: list[str] = []
+        # responses: item id -> [name, args, call_id]
+        self._resp_calls: dict[str, list[Any]] = {}
+
+    def _report(self, found: list[Hallucination]) -> None:
+        self.found.extend(found)
+        if self.on_found is not None:
+            self.on_found(found)
+
+    def feed(self, raw: bytes) -> list[bytes]:
+        if self.blocked:
+            return []
+        if self.action == "off":
+            return [raw]
+        ev = parse_event(raw)
+        if self.api == "chat":
+            return self._feed_chat(ev)
+        if self.api == "responses":
+            return self._feed_responses(ev)
+        return self._feed_anthropic(ev)
+
+    def finish(self) -> list[bytes]:
+        if self.blocked:
+            return []
+        out, self._held = self._held, []
+        return out
+
+    def _resolve(self, calls: list[ToolCall]) -> str | None:
+        """Returns the message when the held events must be replaced (block)."""
+        found = self.check(calls)
+        if not found:
+            return None
+        self._report(found)
+        msg = hallucination_message(found)
+        if self.action == "block":
+            return msg
+        if self.action == "annotate":
+            self._notes.append(msg)
+        return None
+
+    # -- chat
+    def _feed_chat(self, ev: SSEEvent) -> list[bytes]:
+        obj = ev.json()
+        if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+            if self._holding:
+                self._held.append(ev.raw)
+                return []
+            return [ev.raw]
+        if not self._chat_meta:
+            self._chat_meta = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
+        finish = False
+        for ch in obj["choices"]:
+            delta = (ch or {}).get("delta") or {}
+            for tc in delta.get("tool_calls") or ():
+                slot = self._chat_calls.setdefault(int(tc.get("index", 0)), ["", "", None])
+                fn = tc.get("function") or {}
+                slot[0] += fn.get("name") or ""
+                slot[1] += fn.get("arguments") or ""
+                slot[2] = slot[2] or tc.get("id")
+                self._holding = True
+            if (ch or {}).get("finish_reason") is not None:
+                finish = True
+        if not self._holding:
+            return [ev.raw]
+        self._held.append(ev.raw)
+        if not finish:
+            return []
+        calls = [ToolCall(n, a, i) for n, a, i in self._chat_calls.values()]
+        msg = self._resolve(calls)
+        held, self._held, self._holding = self._held, [], False
+        if msg is not None:
+            self.blocked = True
+            return [stream_error_event("chat", msg)]
+        if self._notes:
+            note = dict(self._chat_meta)
+            note["choices"] = [
+                {"index": 0, "delta": {"content": "\n\n[compaction-gate warning] " + "\n".join(self._notes)}, "finish_reason": None}
+            ]
+            self._notes = []
+            held.insert(len(held) - 1, render_event(note))
+        return held
+
+    # -- anthropic
+    def _feed_anthropic(self, ev: SSEEvent) -> list[bytes]:
+        obj = ev.json()
+        typ = (obj.get("type") if isinstance(obj, dict) else None) or ev.event
+        if not isinstance(obj, dict):
+            return self._pass_or_hold(ev.raw)
+        if typ == "content_block_start":
+            idx = int(obj.get("index", 0))
+            self._anth_max = max(self._anth_max, idx)
+            block = obj.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                self._anth_calls[idx] = [str(block.get("name", "")), "", block.get("id")]
+                self._holding = True
+        elif typ == "content_block_delta" and int(obj.get("index", 0)) in self._anth_calls:
+            delta = obj.get("delta") or {}
+            if delta.get("type") == "input_json_delta":
+                self._anth_calls[int(obj.get("index", 0))][1] += delta.get("partial_json", "")
+        elif typ == "content_block_stop" and int(obj.get("index", 0)) in self._anth_calls:
+            self._held.append(ev.raw)
+            name, args, cid = self._anth_calls.pop(int(obj.get("index", 0)))
+            msg = self._resolve([ToolCall(name, args or "{}", cid)])
+            if msg is not None:
+                self.blocked = True
+                self._held = []
+                return [stream_error_event("messages", msg)]
+            if self._anth_calls:
+                return []
+            held, self._held, self._holding = self._held, [], False
+            return held
+        elif typ == "message_delta" and self._notes:
+            idx = self._anth_max + 1
+            self._anth_max = idx
+            text = "[compaction-gate warning] " + "\n".join(self._notes)
+            self._notes = []
+            return [
+                render_event({"type": "content_block_start", "index": idx, "content_block": {"type": "text", "text": ""}}, "content_block_start"),
+                render_event({"type": "content_block_delta", "index": idx, "delta": {"type": "text_delta", "text": text}}, "content_block_delta"),
+                render_event({"type": "content_block_stop", "index": idx}, "content_block_stop"),
+                ev.raw,
+            ]
+        return self._pass_or_hold(ev.raw)
+
+    def _pass_or_hold(self, raw: bytes) -> list[bytes]:
+        if self._holding:
+            self._held.append(raw)
+            return []
+        return [raw]
+
+    # -- responses
+    def _feed_responses(self, ev: SSEEvent) -> list[bytes]:
+        obj = ev.json()
+        if not isinstance(obj, dict):
+            return self._pass_or_hold(ev.raw)
+        typ = obj.get("type") or ev.event
+        item = obj.get("item") if isinstance(obj.get("item"), dict) else None
+        if typ == "response.output_item.added" and item and item.get("type") in ("function_call", "custom_tool_call"):
+            self._resp_calls[str(item.get("id"))] = [str(item.get("name", "")), "", item.get("call_id")]
+            self._holding = True
+        elif typ == "response.output_item.done" and item and str(item.get("id")) in self._resp_calls:
+            self._held.append(ev.raw)
+            name, _, cid = self._resp_calls.pop(str(item.get("id")))
+            args = str(item.get("arguments", item.get("input", "")))
+            msg = self._resolve([ToolCall(name, args, cid)])
+            if msg is not None:
+                self.blocked = True
+                self._held = []
+                return [stream_error_event("responses", msg)]
+            if self._resp_calls:
+                return []
+            held, self._held, self._holding = self._held, [], False
+            return held
+        return self._pass_or_hold(ev.raw)
