@@ -147,6 +147,7 @@ class SummaryStreamPatcher:
         self._seq_shift = 0
         # Anthropic
         self._held_stop: bytes | None = None
+        self._held_pings: list[bytes] = []
         self._held_index: int | None = None
         self._max_index = -1
         self._open_text: dict[int, bool] = {}
@@ -173,8 +174,8 @@ class SummaryStreamPatcher:
     def finish(self) -> list[bytes]:
         out: list[bytes] = []
         if self.api == "messages" and self._held_stop is not None:
-            out.append(self._held_stop)
-            self._held_stop = None
+            out += [self._held_stop, *self._held_pings]
+            self._held_stop, self._held_pings = None, []
         if not self.done and self.api == "chat" and self._chunk_meta:
             section = self._compute()
             if section:
@@ -313,7 +314,9 @@ class SummaryStreamPatcher:
         out: list[bytes] = []
         if self._held_stop is not None:
             if typ == "ping":
-                return [ev.raw]
+                self._held_pings.append(ev.raw)
+                return []
+            pings, self._held_pings = self._held_pings, []
             if typ == "message_delta":
                 section = self._compute()
                 if section:
@@ -327,10 +330,10 @@ class SummaryStreamPatcher:
                             "content_block_delta",
                         )
                     )
-                out += [self._held_stop, ev.raw]
+                out += [self._held_stop, *pings, ev.raw]
                 self._held_stop = None
                 return out
-            out.append(self._held_stop)
+            out += [self._held_stop, *pings]
             self._held_stop = None
         if not isinstance(obj, dict) or self.done:
             return out + [ev.raw]
@@ -347,7 +350,7 @@ class SummaryStreamPatcher:
                 self.text.append(str(delta.get("text", "")))
         elif typ == "content_block_stop":
             idx = int(obj.get("index", 0))
-            if self._open_text.get(idx):
+            if self._open_text.get(idx) and missing_bindings("".join(self.text), self.bindings):
                 self._held_stop = ev.raw
                 self._held_index = idx
                 return out

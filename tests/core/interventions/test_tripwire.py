@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+import re
+
+from proxy.core.interventions.sse import parse_event, render_event
+from proxy.core.interventions.tripwire import (
+    ToolCall,
+    ToolCallStreamGuard,
+    annotate_json,
+    block_json,
+    find_hallucinations,
+    tool_calls_of_json,
+)
+
+HEX12 = re.compile(r"\b[0-9a-f]{12}\b")
+
+
+def extract(text: str):
+    for m in HEX12.finditer(text):
+        yield m.group(0), m.group(0).lower(), "migration_revision"
+
+
+KNOWN = {"3f9a1c2b7d4e"}
+
+
+def check(calls):
+    return find_hallucinations(calls, extract=extract, dropped_kinds={"migration_revision"}, known_norms=KNOWN,
+                               expected_by_kind={"migration_revision": ("3f9a1c2b7d4e",)})
+
+
+def test_invented_identifier_of_dropped_kind_is_found() -> None:
+    found = check([ToolCall("bash", json.dumps({"cmd": "alembic downgrade 0123456789ab"}), "c1")])
+    assert [(h.value, h.kind, h.expected) for h in found] == [("0123456789ab", "migration_revision", ("3f9a1c2b7d4e",))]
+
+
+def test_known_value_or_other_kind_is_fine() -> None:
+    assert check([ToolCall("bash", '{"cmd": "alembic downgrade 3f9a1c2b7d4e"}')]) == []
+    assert find_hallucinations([ToolCall("bash", "0123456789ab")], extract=extract, dropped_kinds={"uuid"}, known_norms=set()) == []
+
+
+def test_json_block_and_annotate_per_api() -> None:
+    chat = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"alembic downgrade 0123456789ab"}'}}]}, "finish_reason": "tool_calls"}]}
+    assert tool_calls_of_json("chat", chat)[0].name == "bash"
+    blocked = block_json("chat", chat, "stop")
+    assert "tool_calls" not in blocked["choices"][0]["message"] and blocked["choices"][0]["finish_reason"] == "stop"
+    ann = annotate_json("chat", chat, "careful")
+    assert ann["choices"][0]["message"]["tool_calls"] and "careful" in ann["choices"][0]["message"]["content"]
+    anth = {"content": [{"type": "tool_use", "id": "t", "name": "bash", "input": {"cmd": "x"}}], "stop_reason": "tool_use"}
+    assert tool_calls_of_json("messages", anth)[0].call_id == "t"
+    b = block_json("messages", anth, "stop")
+    assert [x["type"] for x in b["content"]] == ["text"] and b["stop_reason"] == "end_turn"
+
+
+def _chat_tool_stream(arg: str) -> list[bytes]:
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return [
+        render_event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "bash", "arguments": ""}}]}, "finish_reason": None}]}),
+        render_event({**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": arg[:10]}}]}, "finish_reason": None}]}),
+        render_event({**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": arg[10:]}}]}, "finish_reason": None}]}),
+        render_event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        b"data: [DONE]\n\n",
+    ]
+
+
+def _run(g: ToolCallStreamGuard, evs: list[bytes]) -> list[bytes]:
+    out: list[bytes] = []
+    for e in evs:
+        out += g.feed(e)
+    return out + g.finish()
+
+
+def test_chat_stream_block_replaces_held_call_with_error() -> None:
+    g = ToolCallStreamGuard("chat", check, "block")
+    out = _run(g, _chat_tool_stream(json.dumps({"cmd": "alembic downgrade 0123456789ab"})))
+    assert len(out) == 1 and "error" in parse_event(out[0]).json()
+    assert g.found and g.blocked
+
+
+def test_chat_stream_clean_call_is_released_unchanged() -> None:
+    evs = _chat_tool_stream(json.dumps({"cmd": "alembic downgrade 3f9a1c2b7d4e"}))
+    g = ToolCallStreamGuard("chat", check, "block")
+    held_out: list[list[bytes]] = [g.feed(e) for e in evs]
+    assert held_out[0] == [] and held_out[1] == []  # held until complete
+    assert sum(held_out, []) + g.finish() == evs
+
+
+def test_anthropic_stream_block_and_annotate() -> None:
+    def evs(arg: str) -> list[bytes]:
+        return [
+            render_event({"type": "message_start", "message": {"id": "m"}}, "message_start"),
+            render_event({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "bash", "input": {}}}, "content_block_start"),
+            render_event({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": arg}}, "content_block_delta"),
+            render_event({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            render_event({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}, "message_delta"),
+            render_event({"type": "message_stop"}, "message_stop"),
+        ]
+    bad = json.dumps({"cmd": "alembic downgrade 0123456789ab"})
+    out = _run(ToolCallStreamGuard("messages", check, "block"), evs(bad))
+    assert [parse_event(o).event for o in out] == ["message_start", "error"]
+    out = _run(ToolCallStreamGuard("messages", check, "annotate"), evs(bad))
+    types = [parse_event(o).json()["type"] for o in out]
+    assert types.count("content_block_start") == 2 and types[-2:] == ["message_delta", "message_stop"]
+    out = _run(ToolCallStreamGuard("messages", check, "warn"), evs(bad))
+    assert out == evs(bad)
