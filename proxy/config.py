@@ -1,0 +1,230 @@
+"""Proxy configuration: frozen dataclasses, embedded defaults, YAML loading, overrides.
+
+The embedded defaults are a complete, working configuration (loopback only; OpenAI
+for everything except ``claude-*`` models and Anthropic-dialect requests, which go to
+Anthropic). A YAML file overrides sections it names; ``upstreams`` replaces the whole
+list. Command-line flags override the file (:func:`apply_overrides`).
+
+Secrets: ``Upstream.api_key`` is excluded from ``repr`` and is only ever produced by
+``${VAR}`` expansion or literal YAML; it is never logged or written back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from proxy import yamlconf
+from proxy.yamlconf import ConfigError, Invalid
+
+__all__ = [
+    "ConfigError",
+    "GateSettings",
+    "Overrides",
+    "ProxyConfig",
+    "ServerSettings",
+    "StateSettings",
+    "Upstream",
+    "apply_overrides",
+    "load_config",
+]
+
+Dialect = Literal["openai", "anthropic"]
+
+DEFAULT_PORT = 8788
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+CONFIG_ENV_VAR = "COMPACTION_GATE_CONFIG"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Listening socket, limits and timeouts (seconds)."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    #: Largest request body accepted (bytes); 64 MiB holds a 1M-token history.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: Time to establish the upstream TCP/TLS connection.
+    connect_timeout: float = 10.0
+    #: Longest silence allowed between two reads from upstream (also time to headers).
+    read_timeout: float = 600.0
+    #: How long in-flight requests (e.g. streams) may run on after a shutdown signal.
+    shutdown_grace_seconds: float = 30.0
+    #: Upstream connection pool size (0 = unlimited).
+    max_connections: int = 100
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise Invalid("host must not be empty", key="host")
+        if not 0 <= self.port <= 65535:
+            raise Invalid("port must be between 0 and 65535", key="port")
+        if self.max_body_bytes <= 0:
+            raise Invalid("max_body_bytes must be positive", key="max_body_bytes")
+        for name in ("connect_timeout", "read_timeout"):
+            if getattr(self, name) <= 0:
+                raise Invalid(f"{name} must be positive", key=name)
+        if self.shutdown_grace_seconds < 0:
+            raise Invalid("shutdown_grace_seconds must not be negative", key="shutdown_grace_seconds")
+        if self.max_connections < 0:
+            raise Invalid("max_connections must not be negative", key="max_connections")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One provider endpoint.
+
+    ``base_url`` is the URL users know (``https://api.openai.com/v1``,
+    ``https://api.anthropic.com``); see :mod:`proxy.server.upstream` for how request
+    paths are joined onto it. ``api_key``, when set, replaces the client's credential
+    (``Authorization: Bearer`` for OpenAI-dialect requests, ``x-api-key`` for
+    Anthropic). ``models`` are shell-style patterns (``claude-*``); ``dialect`` makes
+    this upstream the fallback for requests of that dialect that match no pattern.
+    """
+
+    name: str
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)
+    models: tuple[str, ...] = ()
+    dialect: Dialect | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise Invalid("upstream name must not be empty", key="name")
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise Invalid("base_url must be an absolute http(s) URL", key="base_url")
+        if parts.query or parts.fragment:
+            raise Invalid("base_url must not have a query or fragment", key="base_url")
+        if self.api_key is not None and not self.api_key.strip():
+            raise Invalid("api_key is empty (is its environment variable set?)", key="api_key")
+
+    def matches_model(self, model: str) -> bool:
+        """True when ``model`` matches one of this upstream's patterns."""
+        return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """Conversation state store (used by conversation tracking)."""
+
+    backend: Literal["sqlite", "memory"] = "sqlite"
+    path: str = ".compaction-gate/state.sqlite3"
+    ttl_seconds: int = 7 * 24 * 3600
+    max_conversations: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.ttl_seconds <= 0:
+            raise Invalid("ttl_seconds must be positive", key="ttl_seconds")
+        if self.max_conversations <= 0:
+            raise Invalid("max_conversations must be positive", key="max_conversations")
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """Behaviour of the interception layer."""
+
+    #: When the gate itself fails, forward the request untouched (True) or answer
+    #: with a 502-class error in the caller's dialect (False).
+    fail_open: bool = True
+
+
+def _default_upstreams() -> tuple[Upstream, ...]:
+    return (
+        Upstream(name="openai", base_url="https://api.openai.com/v1", dialect="openai"),
+        Upstream(
+            name="anthropic",
+            base_url="https://api.anthropic.com",
+            models=("claude-*",),
+            dialect="anthropic",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """The whole proxy configuration. Build with :func:`load_config`."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    upstreams: tuple[Upstream, ...] = field(default_factory=_default_upstreams)
+    #: Name of the upstream used when neither a model pattern nor a dialect matches.
+    default_upstream: str | None = None
+    state: StateSettings = field(default_factory=StateSettings)
+    #: A shipped policy preset name (``default``, ``strict``, ``audit`` …) or a file.
+    policy: str = "default"
+    gate: GateSettings = field(default_factory=GateSettings)
+
+    def __post_init__(self) -> None:
+        if not self.upstreams:
+            raise Invalid("at least one upstream is required", key="upstreams")
+        names = [u.name for u in self.upstreams]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise Invalid(f"duplicate upstream name(s): {', '.join(dupes)}", key="upstreams")
+        if self.default_upstream is not None and self.default_upstream not in names:
+            raise Invalid(
+                f"default_upstream {self.default_upstream!r} is not one of: {', '.join(names)}",
+                key="default_upstream",
+            )
+        if not self.policy:
+            raise Invalid("policy must not be empty", key="policy")
+
+    @property
+    def default(self) -> Upstream:
+        """The fallback upstream (``default_upstream``, else the first listed)."""
+        if self.default_upstream is not None:
+            for upstream in self.upstreams:
+                if upstream.name == self.default_upstream:
+                    return upstream
+        return self.upstreams[0]
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line overrides; ``None`` means "keep the file/default value"."""
+
+    host: str | None = None
+    port: int | None = None
+    upstream: str | None = None
+    policy: str | None = None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> ProxyConfig:
+    """Load and validate a YAML config file, or return embedded defaults for ``None``.
+
+    Raises :class:`ConfigError` naming the file and line of every problem.
+    """
+    if path is None:
+        return ProxyConfig()
+    raw: Any = yamlconf.load_file(path)
+    return yamlconf.build(ProxyConfig, raw, name="config", environ=environ)
+
+
+def apply_overrides(config: ProxyConfig, overrides: Overrides) -> ProxyConfig:
+    """Return ``config`` with command-line flags applied.
+
+    ``--upstream URL`` replaces the upstream list with a single upstream that
+    receives every request (keeping a configured ``api_key`` is not possible since
+    the URL may point elsewhere; clients' own credentials are passed through).
+    """
+    server = config.server
+    if overrides.host is not None:
+        server = dataclasses.replace(server, host=overrides.host)
+    if overrides.port is not None:
+        server = dataclasses.replace(server, port=overrides.port)
+    changes: dict[str, Any] = {"server": server}
+    if overrides.upstream is not None:
+        changes["upstreams"] = (Upstream(name="upstream", base_url=overrides.upstream),)
+        changes["default_upstream"] = "upstream"
+    if overrides.policy is not None:
+        changes["policy"] = overrides.policy
+    return dataclasses.replace(config, **changes)

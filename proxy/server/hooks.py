@@ -1,0 +1,169 @@
+"""The interception contract between the forwarding layer and the gate.
+
+The server turns every proxied request into an :class:`Exchange`, asks the app's
+:class:`Interceptor` for a :class:`Decision`, and then either rejects the request,
+forwards the original bytes untouched, or forwards a replacement body. If the
+decision carries a :class:`ResponseTap`, the response flows through it.
+
+Invariants the server guarantees (and tests assert):
+
+* With ``Decision()`` (the default) request and response bytes are forwarded exactly.
+* An exception raised by ``Interceptor.before`` never loses the request: it is logged
+  without secrets and the request is forwarded untouched (``gate.fail_open: true``,
+  the default) or answered with a 502 ``gate_error`` in the caller's dialect.
+* An exception raised by a tap disables that tap; the rest of the response passes
+  through untouched (after response headers are sent there is no other safe choice).
+* ``Exchange`` never contains credentials: secret headers are removed and the caller
+  is identified only by ``tenant``, a hash prefix of its API key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "ApiKind",
+    "Decision",
+    "DialectName",
+    "Exchange",
+    "Interceptor",
+    "NoopInterceptor",
+    "Reject",
+    "ResponseTap",
+]
+
+DialectName = Literal["openai", "anthropic"]
+ApiKind = Literal[
+    "chat",
+    "completions",
+    "responses",
+    "embeddings",
+    "models",
+    "messages",
+    "count_tokens",
+    "raw",
+]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One client request as the gate sees it (read-only, secret-free).
+
+    ``body`` is the exact request body; ``json`` its parsed value when the body is
+    JSON (``None`` otherwise, e.g. GET requests and raw non-JSON routes). ``stream``
+    is the request's ``"stream": true`` flag; ``model`` its ``"model"`` string.
+    ``headers`` are lower-cased and exclude credentials, cookies and hop-by-hop
+    headers. ``request_id`` is the proxy's own id for correlating log lines.
+    """
+
+    method: str
+    path: str
+    query: str
+    dialect: DialectName
+    kind: ApiKind
+    headers: Mapping[str, str]
+    tenant: str
+    body: bytes
+    json: Any
+    stream: bool
+    model: str | None
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Refuse the request; the server renders it as the caller's dialect error.
+
+    Rejections always carry ``x-should-retry: false`` so official SDKs do not retry.
+    The destructive-compaction rejection is ``Reject(400, message,
+    code="destructive_compaction")``. Never use ``context_length_exceeded``: agents
+    treat it as "compact now" and would loop.
+    """
+
+    status: int
+    message: str
+    code: str = "destructive_compaction"
+    type: str = "invalid_request_error"
+    param: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 400 <= self.status <= 599:
+            raise ValueError("Reject.status must be a 4xx or 5xx code")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one request.
+
+    ``action`` is reported in ``x-compaction-gate-action`` and logs (``none``,
+    ``warn``, ``reinject``, ``reject``, ``spill``, ``gate``). ``conversation_id`` goes
+    to ``x-compaction-gate-conversation``. ``body`` replaces the request body (``None``
+    forwards the original bytes untouched; Content-Length is recomputed). ``reject``
+    short-circuits the upstream call. ``headers`` are added to the response the
+    client receives (also to rejections). ``tap`` observes or rewrites the response.
+    """
+
+    action: str = "none"
+    conversation_id: str | None = None
+    body: bytes | None = None
+    reject: Reject | None = None
+    headers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    tap: ResponseTap | None = None
+
+
+@runtime_checkable
+class ResponseTap(Protocol):
+    """Observes (and may rewrite) one upstream response.
+
+    Call order for a JSON (non-SSE) response: ``feed_json`` once with the complete,
+    decoded body. For an SSE response: ``feed_event`` per complete event, then
+    ``finish()`` when upstream ended cleanly. ``closed(reason)`` is called instead of
+    ``finish()`` (or instead of ``feed_json``) when the exchange ends abnormally:
+    ``client_disconnected``, ``upstream_error``, ``upstream_timeout``,
+    ``content_encoding`` (upstream compressed the body so it cannot be inspected) or
+    ``tap_error``. Exactly one terminal call (``feed_json``/``finish``/``closed``)
+    is made per tap.
+
+    Methods are synchronous and run on the event loop: keep them fast and pure.
+    """
+
+    def feed_json(self, status: int, body: bytes) -> bytes:
+        """Return the body to send (the same object/bytes when unchanged)."""
+        ...
+
+    def feed_event(self, raw_event: bytes) -> list[bytes]:
+        """Receive one complete SSE event including its terminating blank line.
+
+        Return ``[raw_event]`` to pass it through, ``[]`` to hold it back, or several
+        events to inject. The last event of a stream that ended without a blank line
+        is fed as-is (without a terminator).
+        """
+        ...
+
+    def finish(self) -> list[bytes]:
+        """Upstream stream ended cleanly; return events to emit before the end."""
+        ...
+
+    def closed(self, reason: str) -> None:
+        """The exchange ended abnormally (see class docstring for reasons)."""
+        ...
+
+
+class Interceptor(Protocol):
+    """Decides what happens to each proxied request. Must be safe to call concurrently."""
+
+    async def before(self, ex: Exchange) -> Decision:
+        """Inspect ``ex`` and return a :class:`Decision` (``Decision()`` = forward as is)."""
+        ...
+
+
+class NoopInterceptor:
+    """The default interceptor: forwards everything untouched."""
+
+    async def before(self, ex: Exchange) -> Decision:
+        return Decision()

@@ -1,0 +1,1 @@
+"""Tests for the aiohttp proxy layer (proxy/server), config, yamlconf and CLI."""
