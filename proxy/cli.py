@@ -81,6 +81,8 @@ def register(name: str, help: str, module: str) -> None:
 
 # Built-in subcommands. Add new ones here, one line each.
 register("serve", "run the proxy", "proxy.server.cli")
+register("demo", "see what the gate does, offline, in one command", "proxy.demo")
+register("replay", "audit recorded traffic (JSONL) offline", "proxy.replay")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -12,6 +12,9 @@
 const REFRESH_MS = 5000;
 const SVG_NS = "http://www.w3.org/2000/svg";
 const state = { selected: null, conversations: [], timer: null };
+/* Timeline kinds that are not a rewrite of history. */
+const NOT_COMPACTION = new Set(["", "append", "extend", "new", "first", "none", "side_request", "identical"]);
+const COMPACTION_KINDS = (kind) => !NOT_COMPACTION.has(kind);
 
 /* ---------- tolerant field access (the API may add fields; we read what we know) ---------- */
 
@@ -39,15 +42,23 @@ function convo(c) {
   const window_ = num(pick(c, ["context_window", "window", "max_context", "window_tokens"], null));
   let share = num(pick(c, ["share_of_window", "window_share", "share"], null));
   if (share === null && tokens !== null && window_) share = tokens / window_;
+  const timeline = asList(pick(c, ["timeline"], []), "timeline");
+  const events = asList(pick(c, ["events"], []), "events");
+  let compactions = num(pick(c, ["compactions", "compaction_count"], null));
+  if (compactions === null && timeline.length) {
+    compactions = timeline.map(point).filter((p) => COMPACTION_KINDS(p.kind)).length;
+  }
+  let destructive = num(pick(c, ["destructive", "destructive_count", "destructive_compactions"], null));
+  if (destructive === null && events.length) {
+    destructive = new Set(events.map(ev).filter((e) => e.verdict === "destructive")
+      .map((e) => e.requestSeq ?? e.id)).size;
+  }
   return {
     id: String(pick(c, ["id", "conversation_id"], "")),
     model: String(pick(c, ["model"], "") || ""),
     messages: num(pick(c, ["message_count", "messages_count", "n_messages"], null)),
     tokens, window: window_, share,
-    compactions: num(pick(c, ["compactions", "compaction_count"], null)),
-    destructive: num(pick(c, ["destructive", "destructive_count", "destructive_compactions"], null)),
-    timeline: asList(pick(c, ["timeline"], []), "timeline"),
-    events: asList(pick(c, ["events"], []), "events"),
+    compactions, destructive, timeline, events,
     tenant: String(pick(c, ["tenant", "tenant_hash"], "") || ""),
   };
 }
@@ -55,7 +66,7 @@ function convo(c) {
 function point(t, i) {
   const kind = String(pick(t, ["transition", "transition_kind", "kind"], "append") || "append");
   return {
-    index: num(pick(t, ["index", "request", "seq", "n"], null)) ?? i + 1,
+    index: num(pick(t, ["seq", "index", "request", "n"], null)) ?? i + 1,
     tokens: num(pick(t, ["tokens", "tokens_sent", "prompt_tokens", "estimated_tokens"], 0)) || 0,
     kind,
     destructive: Boolean(pick(t, ["destructive"], false)) ||
@@ -83,20 +94,28 @@ function binding(b) {
 }
 
 function ev(e) {
-  const analysis = pick(e, ["analysis"], {}) || {};
-  const at = pick(e, ["at", "time", "timestamp", "ts", "created_at"], null);
+  // Events are {seq, at, kind, action, request_seq, message, details}; the analysis
+  // (verdict, transition, dropped, altered, reinjected …) lives in details. Older or
+  // flatter shapes (fields at top level, or under "analysis") are read too.
+  const d = Object.assign({}, pick(e, ["analysis"], {}) || {}, pick(e, ["details"], {}) || {});
+  const get = (names, fb) => pick(e, names, pick(d, names, fb));
+  let transition = get(["transition", "transition_kind"], "");
+  if (transition && typeof transition === "object") transition = pick(transition, ["kind"], "");
+  let verdict = String(get(["verdict"], "") || "");
+  if (!verdict && get(["destructive"], null) === true) verdict = "destructive";
   return {
-    id: String(pick(e, ["id", "event_id"], "")),
+    id: String(pick(e, ["id", "event_id", "seq"], "")),
     conversation: String(pick(e, ["conversation_id", "conversation"], "") || ""),
-    at,
-    type: String(pick(e, ["type", "stage", "event"], "") || ""),
-    action: String(pick(e, ["action"], "") || ""),
-    verdict: String(pick(e, ["verdict"], pick(analysis, ["verdict"], "")) || ""),
-    transition: String(pick(e, ["transition", "transition_kind"], pick(analysis, ["transition"], "")) || ""),
-    dropped: asList(pick(e, ["dropped"], pick(analysis, ["dropped"], [])), "dropped").map(binding),
-    altered: asList(pick(e, ["altered"], pick(analysis, ["altered"], [])), "altered").map(binding),
-    reinjected: asList(pick(e, ["reinjected", "re_injected", "restored"], []), "reinjected").map(binding),
-    hallucinated: asList(pick(e, ["hallucinated"], []), "hallucinated").map(binding),
+    requestSeq: num(pick(e, ["request_seq", "request"], null)),
+    at: pick(e, ["at", "time", "timestamp", "ts", "created_at"], null),
+    type: String(pick(e, ["kind", "type", "stage", "event"], "") || ""),
+    action: String(get(["action"], "") || ""),
+    verdict,
+    transition: String(transition || ""),
+    dropped: asList(get(["dropped"], []), "dropped").map(binding),
+    altered: asList(get(["altered"], []), "altered").map(binding),
+    reinjected: asList(get(["reinjected", "re_injected", "restored"], []), "reinjected").map(binding),
+    hallucinated: asList(get(["hallucinated", "hallucinations"], []), "hallucinated").map(binding),
     note: String(pick(e, ["message", "reason", "note", "summary"], "") || ""),
   };
 }
@@ -195,12 +214,13 @@ function renderChart(c) {
     root.append(svg("line", { x1: L, y1: y(c.window), x2: W - R, y2: y(c.window), class: "window-line" }));
     root.append(svg("text", { x: W - R, y: y(c.window) - 4, "text-anchor": "end", class: "tick" }, "window " + fmtInt(c.window)));
   }
-  const destructiveIdx = new Set();
+  const destructiveSeq = new Set();
   for (const e of c.events.map(ev)) {
-    if (e.verdict === "destructive") destructiveIdx.add(e.id);
+    if (e.verdict === "destructive" && e.requestSeq !== null) destructiveSeq.add(e.requestSeq);
   }
+  pts.forEach((p) => { if (destructiveSeq.has(p.index)) p.destructive = true; });
   pts.forEach((p, i) => {
-    if (p.kind === "append" || p.kind === "new" || p.kind === "first" || p.kind === "none" || p.kind === "") return;
+    if (!COMPACTION_KINDS(p.kind) && !p.destructive) return;
     const cls = "compaction" + (p.destructive ? " destructive" : "");
     const mark = svg("line", { x1: x(i), y1: T, x2: x(i), y2: H - B, class: cls, "data-kind": p.kind });
     mark.append(svg("title", {}, `request ${p.index}: ${p.kind}${p.destructive ? " (destructive)" : ""}`));
