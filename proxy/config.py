@@ -132,6 +132,10 @@ class GateSettings:
     #: When the gate itself fails, forward the request untouched (True) or answer
     #: with a 502-class error in the caller's dialect (False).
     fail_open: bool = True
+    #: Key required for the dashboard (/gate/), the gate API and /metrics
+    #: (``x-gate-admin-key`` header, ``Authorization: Bearer``, or ``/gate/?key=``
+    #: once, which sets a cookie). Unset: those are served to loopback clients only.
+    admin_key: str | None = field(default=None, repr=False)
 
 
 def _default_upstreams() -> tuple[Upstream, ...]:

@@ -16,6 +16,9 @@ from aiohttp import web
 
 from proxy import __version__
 from proxy.config import ProxyConfig
+from proxy.dashboard import setup_dashboard
+from proxy.dashboard.access import gate_access_middleware
+from proxy.metrics import METRICS_KEY, Metrics, metrics_handler
 from proxy.server.errors import ProxyError, error_response
 from proxy.server.forward import H_ACTION, H_CONVERSATION, UNKNOWN_CONVERSATION, proxy_handler
 from proxy.server.hooks import Interceptor, NoopInterceptor
@@ -101,18 +104,31 @@ async def router_errors(request: web.Request, handler: Handler) -> web.StreamRes
         return resp
 
 
-def create_app(config: ProxyConfig, interceptor: Interceptor | None = None) -> web.Application:
+def create_app(
+    config: ProxyConfig,
+    interceptor: Interceptor | None = None,
+    *,
+    metrics: Metrics | None = None,
+) -> web.Application:
     """Build the proxy application for ``config``.
 
     ``interceptor`` defaults to :class:`~proxy.server.hooks.NoopInterceptor`.
+    ``metrics`` (a fresh :class:`~proxy.metrics.Metrics` by default) is stored under
+    :data:`~proxy.metrics.METRICS_KEY` for every component and served at ``/metrics``;
+    the dashboard is served at ``/gate/``. Both (and every ``/gate/`` route others add)
+    sit behind :func:`~proxy.dashboard.access.gate_access_middleware`: the admin key
+    when ``gate.admin_key`` is set, loopback clients only otherwise.
     """
     app = web.Application(
-        middlewares=[router_errors],
+        middlewares=[gate_access_middleware(config.gate.admin_key), router_errors],
         client_max_size=config.server.max_body_bytes,
     )
     app[CONFIG_KEY] = config
     app[INTERCEPTOR_KEY] = interceptor if interceptor is not None else NoopInterceptor()
+    app[METRICS_KEY] = metrics if metrics is not None else Metrics()
     app.cleanup_ctx.append(_session_ctx)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_handler)
+    setup_dashboard(app)
     app.router.add_route("*", "/v1/{tail:.*}", proxy_handler)
     return app

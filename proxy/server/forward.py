@@ -22,6 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import ProxyConfig, Upstream
+from proxy.metrics import METRICS_KEY
 from proxy.server.errors import ProxyError, error_response, sse_error_event
 from proxy.server.headers import (
     credential,
@@ -66,6 +67,8 @@ class RequestRecord:
     action: str = "none"
     tenant: str = "anonymous"
     stream: bool = False
+    #: the response was relayed as an SSE stream (its bytes count as streamed bytes)
+    sse: bool = False
     model: str | None = None
     bytes_in: int = 0
     bytes_out: int = 0
@@ -158,6 +161,11 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         rec.emit()
+        metrics = request.app.get(METRICS_KEY)
+        if metrics is not None:
+            metrics.observe_request(rec.route, rec.status, rec.overhead_ms() / 1000.0)
+            if rec.sse:
+                metrics.streamed_bytes(rec.bytes_out, rec.route)
 
 
 async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamResponse:
@@ -629,6 +637,7 @@ async def _relay_stream(
     secret: str | None,
 ) -> web.StreamResponse:
     """Relay SSE as it arrives: raw chunks without a tap, whole events with one."""
+    rec.sse = True
     out_headers["X-Accel-Buffering"] = "no"
     resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
     resp.headers.update(gate_headers(rec, decision))
