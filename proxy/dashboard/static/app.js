@@ -39,7 +39,7 @@ function num(v) {
 
 function convo(c) {
   const tokens = num(pick(c, ["tokens", "tokens_total", "token_count", "last_tokens"], null));
-  const window_ = num(pick(c, ["context_window", "window", "max_context", "window_tokens"], null));
+  const window_ = num(pick(c, ["window", "context_window", "max_context", "window_tokens"], null));
   let share = num(pick(c, ["share_of_window", "window_share", "share"], null));
   if (share === null && tokens !== null && window_) share = tokens / window_;
   const timeline = asList(pick(c, ["timeline"], []), "timeline");
@@ -59,6 +59,8 @@ function convo(c) {
     messages: num(pick(c, ["message_count", "messages_count", "n_messages"], null)),
     tokens, window: window_, share,
     compactions, destructive, timeline, events,
+    eventCount: num(pick(c, ["event_count"], null)) ?? (events.length || null),
+    requests: num(pick(c, ["requests"], null)),
     tenant: String(pick(c, ["tenant", "tenant_hash"], "") || ""),
   };
 }
@@ -173,7 +175,7 @@ function renderConversations(list) {
       el("td", { class: "num", text: fmtInt(c.tokens) }),
       el("td", {}, bar, el("span", { class: "pct", text: fmtPct(c.share) + (c.window ? " of " + fmtInt(c.window) : "") })),
       el("td", { class: "num", text: fmtInt(c.compactions) }),
-      el("td", { class: "num", text: fmtInt(c.destructive) }));
+      el("td", { class: "num", text: fmtInt(c.eventCount ?? 0) }));
     if (c.id === state.selected) row.classList.add("selected");
     row.addEventListener("click", () => select(c.id));
     tbody.append(row);
@@ -300,22 +302,27 @@ async function refresh() {
   const status = document.getElementById("status");
   try {
     const list = asList(await getJSON("conversations"), "conversations").map(convo);
+    const recent = asList(await getJSON("events?limit=1000"), "events").map(ev);
+    const flagged = new Set(recent.filter((e) => e.verdict === "destructive").map((e) => e.conversation));
     state.conversations = list;
     const fromHash = decodeURIComponent((location.hash.match(/c=([^&]+)/) || [])[1] || "");
     if (fromHash) state.selected = fromHash;
     if (!state.selected && list.length) {
-      const worst = list.find((c) => c.destructive) || list[0];
-      state.selected = worst.id;
+      // open the most recent conversation with a destructive compaction, else the latest
+      state.selected = (list.find((c) => flagged.has(c.id)) || list[0]).id;
     }
     renderConversations(list);
-    const destructive = list.reduce((a, c) => a + (c.destructive || 0), 0);
+    for (const row of document.querySelectorAll("#conversations tbody tr")) {
+      if (flagged.has(row.dataset.id)) row.classList.add("flagged");
+    }
+    const destructive = recent.filter((e) => e.verdict === "destructive").length;
     const nearFull = list.filter((c) => c.share !== null && c.share >= 0.75).length;
     document.getElementById("summary").replaceChildren(
       el("span", {}, el("b", { text: String(list.length) }), " conversations"),
       el("span", {}, el("b", { text: String(nearFull) }), " above 75% of window"),
       el("span", {}, el("b", { text: String(destructive) }), " destructive compactions"));
     if (state.selected) await loadConversation(state.selected);
-    else renderEvents(asList(await getJSON("events"), "events"), "Events");
+    else renderEvents(recent.length ? asList(await getJSON("events"), "events") : [], "Events");
     status.textContent = "updated " + new Date().toLocaleTimeString("en-GB");
     document.body.dataset.ready = "1";
   } catch (err) {
