@@ -1,0 +1,256 @@
+"""Token accounting per message and per request, and context windows per model.
+
+- OpenAI model families are counted with tiktoken (``o200k_base`` / ``cl100k_base`` via
+  :mod:`proxy.tokenizer`, offline): the count of a text equals tiktoken's count for it.
+- Families for which litellm bundles a tokenizer (DeepSeek; its Anthropic tokenizer for
+  Claude, an estimate for Claude 3 and later) use litellm's counter, never downloading one. Everything else is estimated with ``cl100k_base``; such
+  counts are flagged ``exact=False`` ("estimate"). Upstream ``usage`` is the truth and is
+  recorded beside the estimate by the tracker.
+- Context windows come from litellm's *local* model map (``LITELLM_LOCAL_MODEL_COST_MAP``
+  set before the lazy import). ``import litellm`` takes seconds, so it happens only in
+  :meth:`TokenAccounting.warm` (run it in a thread, off the request path). Until a
+  model is warm, :meth:`TokenAccounting.model_info` answers with a provisional info
+  (tiktoken estimate, unknown window) and never blocks.
+
+Per-message counts are cached by (tokenizer, message digest), so each message is
+tokenised once however many requests repeat it. A message costs its text and tool-call
+names plus :data:`MESSAGE_OVERHEAD` tokens (OpenAI chat framing); a request adds the
+system prompt, the tool definitions and :data:`REPLY_OVERHEAD`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from proxy.core.messages import Message, Snapshot
+from proxy.tokenizer import encoding_name_for_model, get_encoding
+
+__all__ = ["ModelInfo", "TokenAccounting", "is_openai_model", "MESSAGE_OVERHEAD", "REPLY_OVERHEAD"]
+
+log = logging.getLogger(__name__)
+
+MESSAGE_OVERHEAD = 3
+REPLY_OVERHEAD = 3
+_CACHE_MAX = 200_000
+
+_OPENAI_PREFIXES = (
+    "gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding", "text-davinci", "davinci", "babbage",
+    "codex", "ft:gpt", "computer-use",
+)  # fmt: skip
+
+
+def is_openai_model(model: str | None) -> bool:
+    """Is ``model`` an OpenAI model (so tiktoken is its own tokenizer)?"""
+    if not model:
+        return False
+    m = model.lower()
+    if m.startswith(("openai/", "azure/")):
+        m = m.split("/", 1)[1]
+    return m.startswith(_OPENAI_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What accounting knows of a model. ``tokenizer`` names the counter
+    (``tiktoken:o200k_base``, ``litellm:deepseek``...); ``exact`` is false when it is
+    not the model's own tokenizer (counts are estimates). ``window`` is the maximum input
+    tokens, ``None`` when unknown (or not warmed yet)."""
+
+    model: str
+    tokenizer: str
+    exact: bool
+    window: int | None
+    warm: bool
+
+
+def _litellm() -> Any:
+    """Import litellm lazily, offline (local model map, no tokenizer downloads)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    for attr in ("disable_hf_tokenizer_download", "suppress_debug_info"):
+        try:
+            setattr(litellm, attr, True)
+        except Exception:  # pragma: no cover - attribute missing in some versions
+            pass
+    return litellm
+
+
+def _window_from_litellm(litellm: Any, model: str) -> int | None:
+    cost: Any = getattr(litellm, "model_cost", {}) or {}
+    keys = [model, model.lower(), model.split("/", 1)[-1]]
+    for key in keys:
+        info = cost.get(key)
+        if isinstance(info, dict):
+            for field in ("max_input_tokens", "max_tokens"):
+                v = info.get(field)
+                if isinstance(v, int) and v > 0:
+                    return v
+    try:
+        info = litellm.get_model_info(model)
+        v = info.get("max_input_tokens") or info.get("max_tokens")
+        return int(v) if v else None
+    except Exception:
+        return None
+
+
+class TokenAccounting:
+    """Counts tokens with a content-hash cache. Thread-safe for :meth:`warm`; the
+    counting methods are meant for the event loop and never import litellm."""
+
+    def __init__(self) -> None:
+        self._info: dict[str, ModelInfo] = {}
+        self._counters: dict[str, Callable[[str], int]] = {}
+        self._cache: dict[tuple[str, str], int] = {}
+        self._text_cache: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self._warming: set[str] = set()
+
+    # -- model info
+
+    def _provisional(self, model: str) -> ModelInfo:
+        enc = encoding_name_for_model(model)
+        return ModelInfo(model, f"tiktoken:{enc}", is_openai_model(model), None, warm=False)
+
+    def model_info(self, model: str | None) -> ModelInfo:
+        """Info for ``model`` without blocking: the warmed info if :meth:`warm` ran,
+        else a provisional one."""
+        m = model or ""
+        info = self._info.get(m)
+        return info if info is not None else self._provisional(m)
+
+    def is_warm(self, model: str | None) -> bool:
+        return (model or "") in self._info
+
+    def claim_warm(self, model: str | None) -> bool:
+        """True exactly once per cold model: the caller should then run :meth:`warm`
+        (in a thread)."""
+        m = model or ""
+        with self._lock:
+            if m in self._info or m in self._warming:
+                return False
+            self._warming.add(m)
+            return True
+
+    def warm(self, model: str | None) -> ModelInfo:
+        """Resolve the window and tokenizer of ``model`` (imports litellm; slow the first
+        time — call it from a thread). Never raises."""
+        m = model or ""
+        prov = self._provisional(m)
+        info = prov
+        counter: Callable[[str], int] | None = None
+        if m:
+            try:
+                litellm = _litellm()
+                window = _window_from_litellm(litellm, m)
+                tokenizer, exact = prov.tokenizer, prov.exact
+                if not prov.exact:
+                    kind = None
+                    try:
+                        from litellm.utils import huggingface_tokenizer_kind
+
+                        kind = huggingface_tokenizer_kind(m)
+                    except Exception:
+                        kind = None
+                    if kind in ("deepseek", "anthropic"):
+                        tc = litellm.token_counter
+
+                        def counter(text: str, _m: str = m, _tc: Any = tc) -> int:
+                            return int(_tc(model=_m, text=text))
+
+                        counter("warm up")
+                        # litellm's Anthropic tokenizer predates Claude 3: an estimate.
+                        tokenizer, exact = f"litellm:{kind}", kind == "deepseek"
+                info = ModelInfo(m, tokenizer, exact, window, warm=True)
+            except Exception as exc:  # litellm missing or broken: keep the estimate
+                log.debug("token accounting: could not warm %s: %s", m, type(exc).__name__)
+                info = ModelInfo(m, prov.tokenizer, prov.exact, None, warm=True)
+        else:
+            info = ModelInfo(m, prov.tokenizer, prov.exact, None, warm=True)
+        with self._lock:
+            if counter is not None:
+                self._counters[info.tokenizer] = counter
+            self._info[m] = info
+            self._warming.discard(m)
+        return info
+
+    # -- counting
+
+    def _count_fn(self, tokenizer: str) -> Callable[[str], int]:
+        fn = self._counters.get(tokenizer)
+        if fn is None:
+            enc = get_encoding(tokenizer.split(":", 1)[1] if tokenizer.startswith("tiktoken:") else "cl100k_base")
+
+            def fn(text: str, _enc: Any = enc) -> int:
+                return len(_enc.encode(text, disallowed_special=()))
+
+            self._counters[tokenizer] = fn
+        return fn
+
+    def count_text(self, model: str | None, text: str) -> int:
+        """Tokens of ``text`` for ``model`` (for OpenAI models: exactly tiktoken's count)."""
+        if not text:
+            return 0
+        return self._count_fn(self.model_info(model).tokenizer)(text)
+
+    def _remember(self, cache: dict[tuple[str, str], int], key: tuple[str, str], n: int) -> None:
+        if len(cache) >= _CACHE_MAX:
+            for k in list(cache)[: _CACHE_MAX // 10]:
+                del cache[k]
+        cache[key] = n
+
+    def count_message(self, model: str | None, msg: Message) -> int:
+        """Tokens of one message (text, tool-call names, framing); cached by digest."""
+        tok = self.model_info(model).tokenizer
+        key = (tok, msg.digest)
+        n = self._cache.get(key)
+        if n is None:
+            fn = self._count_fn(tok)
+            n = MESSAGE_OVERHEAD
+            for p in msg.parts:
+                if p.kind in ("text", "tool_call", "tool_result", "thinking") and p.text:
+                    n += fn(p.text)
+                if p.kind == "tool_call" and p.tool_name:
+                    n += fn(p.tool_name) + 1
+            if msg.name:
+                n += 1
+            self._remember(self._cache, key, n)
+        return n
+
+    def count_keyed_text(self, model: str | None, key: str, text: str | Callable[[], str]) -> int:
+        """Tokens of a large text identified by ``key`` (e.g. the system prompt's hash);
+        ``text`` may be a callable, evaluated only on a cache miss."""
+        tok = self.model_info(model).tokenizer
+        k = (tok, key)
+        n = self._text_cache.get(k)
+        if n is None:
+            n = self.count_text(model, text() if callable(text) else text)
+            self._remember(self._text_cache, k, n)
+        return n
+
+    def count_snapshot(self, model: str | None, snap: Snapshot, system_key: str = "", tools_key: str = "") -> int:
+        """Estimated prompt tokens of a whole request: system prompt, messages, tool
+        definitions and reply framing. With ``system_key``/``tools_key`` (content hashes)
+        those are tokenised once. Cost is O(messages) cache look-ups plus the
+        tokenisation of messages not seen before."""
+        total = REPLY_OVERHEAD
+        if snap.system:
+            total += MESSAGE_OVERHEAD + (
+                self.count_keyed_text(model, "s:" + system_key, snap.system)
+                if system_key
+                else self.count_text(model, snap.system)
+            )
+        if snap.tools:
+            tools = snap.tools
+
+            def tools_text() -> str:
+                return "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
+
+            total += self.count_keyed_text(model, "t:" + tools_key, tools_text) if tools_key else self.count_text(model, tools_text())
+        for m in snap.messages:
+            total += self.count_message(model, m)
+        return total

@@ -1,0 +1,440 @@
+"""Conversation matching by message-hash lineage (pure, no I/O).
+
+Agents rarely send a conversation id, and compaction replaces exactly the head of the
+history a naive fingerprint would use. So a request is matched to a known conversation by
+the *lineage* of its message digests (:attr:`proxy.core.messages.Message.digest`):
+
+- ``extend``      the request starts with everything the last request of a known
+                  conversation sent (possibly followed by the recorded reply and new
+                  messages): it continues that conversation.
+- ``compacted``   the request does not extend it, but keeps a verbatim block of the
+                  known history that reaches the end of its last request (head replaced
+                  by a summary, head dropped, or messages masked in place): same
+                  conversation, compacted.
+- ``side_request`` a summarization call about a known conversation (its history plus a
+                  summarize instruction, or the history pasted as text into a message):
+                  attached to that conversation, which it does not advance.
+- ``fork``        shares a prefix with a known conversation, then diverges with no kept
+                  tail: a *new* conversation whose ``parent_id`` is the other one.
+- ``new``         nothing in common with any known conversation of the namespace.
+
+Everything is scoped by a *namespace* (the tenant hash, optionally joined with an explicit
+session id): conversations of different namespaces never match.
+
+Contracts:
+- :func:`match` and :func:`relate` are pure functions of a :class:`LineageIndex` (plain
+  in-memory data, mutated only through its own methods) and a :class:`Probe`.
+- Candidate lookup goes through a digest → conversations posting list, over a bounded
+  sample of the request's digests, so matching costs O(sample + candidates × history
+  compare), never O(all conversations × history). Comparisons of digest tuples are
+  done with C-level tuple slicing where possible.
+- Extending a known history never yields a new conversation (property-tested).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+__all__ = [
+    "History",
+    "LineageIndex",
+    "Match",
+    "Probe",
+    "Relation",
+    "match",
+    "relate",
+]
+
+Relation = Literal["extend", "compacted", "side_request", "fork", "new"]
+
+#: Relations that make a request part of an existing conversation.
+SAME_CONVERSATION: frozenset[str] = frozenset({"extend", "compacted", "side_request"})
+
+_RANK: dict[str, int] = {"extend": 4, "compacted": 3, "fork": 2, "new": 0}
+
+#: Digests shared by more conversations than this carry no identity ("ok", placeholders).
+MAX_POSTINGS = 64
+#: Candidates fully compared per request.
+MAX_CANDIDATES = 8
+#: Pasted-history side requests need at least this many known lines ...
+MIN_LINE_HITS = 3
+#: ... and, without a summarize hint, this share of the probe's lines.
+MIN_LINE_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What the index knows of one conversation.
+
+    ``digests`` is the last request's messages followed by the recorded reply (if any);
+    ``request_len`` is how many of them the last request itself sent.
+    """
+
+    conversation_id: str
+    namespace: str
+    system_hash: str
+    digests: tuple[str, ...]
+    request_len: int
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One request to match.
+
+    ``summarize_hint``: the caller recognised a summarization instruction (agent marker
+    or generic heuristic) in the request. ``text_lines``: fingerprints of the informative
+    lines of the request's text, given only for short requests (a history pasted into one
+    message); see :func:`line_fingerprints`.
+    """
+
+    namespace: str
+    system_hash: str
+    digests: tuple[str, ...]
+    summarize_hint: bool = False
+    text_lines: frozenset[int] = frozenset()
+    #: An explicit session scope: with no structural match, a conversation of the scope
+    #: with the same system prompt is taken as compacted (head fully replaced).
+    scoped: bool = False
+    #: The request carries a known post-compaction marker ("This session is being
+    #: continued ..."): a fork becomes ``compacted``, and with no structural match the
+    #: latest conversation with the same system prompt is taken as compacted.
+    continuation_hint: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The decision for one request.
+
+    ``conversation_id`` is ``None`` for a new conversation (``new`` and ``fork``).
+    ``prefix_len``: leading messages shared with the known history. ``suffix_len``: length
+    of the verbatim block of the known history kept after a replaced or dropped head
+    (``compacted``). ``dropped``: messages of the known history's last request absent from
+    the request (``compacted``). ``parent_id``: the conversation a ``fork`` branched from.
+    """
+
+    conversation_id: str | None
+    relation: Relation
+    prefix_len: int = 0
+    suffix_len: int = 0
+    dropped: int = 0
+    parent_id: str | None = None
+    line_hits: int = 0
+
+
+NEW = Match(None, "new")
+
+
+# --------------------------------------------------------------------------- text lines
+
+
+_LABEL = re.compile(r"^[\w .()\[\]#/-]{1,32}:\s+")
+
+
+def line_fingerprints(text: str, min_len: int = 12, max_lines: int | None = None) -> frozenset[int]:
+    """Fingerprints of the informative lines of ``text`` (stripped, at least ``min_len``
+    characters), plus the same lines without a leading speaker label (``Human: ...``,
+    ``tool (bash): ...``) so that a transcript pasted as text matches the original
+    messages. ``max_lines`` keeps only the first and last lines of long texts.
+
+    Fingerprints are Python string hashes: stable within a process only, so an index
+    built from them must be rebuilt (not persisted) — which the tracker does on load.
+    """
+    out: set[int] = set()
+    lines = text.splitlines()
+    if max_lines is not None and len(lines) > max_lines:
+        half = max_lines // 2
+        lines = lines[:half] + lines[-half:]
+    for raw in lines:
+        line = raw.strip()
+        if len(line) < min_len:
+            continue
+        out.add(hash(line))
+        m = _LABEL.match(line)
+        if m is not None:
+            rest = line[m.end() :].strip()
+            if len(rest) >= min_len:
+                out.add(hash(rest))
+    return frozenset(out)
+
+
+# --------------------------------------------------------------------------- the index
+
+
+@dataclass
+class _NsIndex:
+    postings: dict[str, set[str]] = field(default_factory=dict)
+    lines: dict[int, set[str]] = field(default_factory=dict)
+    by_system: dict[str, set[str]] = field(default_factory=dict)
+
+
+class LineageIndex:
+    """Known histories with digest → conversation postings, per namespace.
+
+    Plain in-memory data with no I/O; the tracker owns one and mutates it only through
+    :meth:`upsert`, :meth:`add_lines` and :meth:`remove`.
+    """
+
+    def __init__(self) -> None:
+        self._hist: dict[str, History] = {}
+        self._ns: dict[str, _NsIndex] = {}
+        self._conv_lines: dict[str, set[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._hist)
+
+    def __contains__(self, conversation_id: object) -> bool:
+        return conversation_id in self._hist
+
+    def get(self, conversation_id: str) -> History | None:
+        return self._hist.get(conversation_id)
+
+    def histories(self) -> Iterable[History]:
+        return self._hist.values()
+
+    def namespace_of(self, conversation_id: str) -> str | None:
+        h = self._hist.get(conversation_id)
+        return h.namespace if h else None
+
+    def upsert(self, h: History) -> None:
+        """Insert or replace a conversation's history. Extending the stored history costs
+        O(new messages); a rewrite costs O(history)."""
+        old = self._hist.get(h.conversation_id)
+        ns = self._ns.setdefault(h.namespace, _NsIndex())
+        cid = h.conversation_id
+        if old is not None and old.namespace != h.namespace:
+            self.remove(cid)
+            old = None
+        if old is None:
+            added: Iterable[str] = set(h.digests)
+            removed: Iterable[str] = ()
+        elif h.digests[: len(old.digests)] == old.digests:
+            added = h.digests[len(old.digests) :]
+            removed = ()
+        else:
+            new_set, old_set = set(h.digests), set(old.digests)
+            added, removed = new_set - old_set, old_set - new_set
+        for d in added:
+            ns.postings.setdefault(d, set()).add(cid)
+        for d in removed:
+            s = ns.postings.get(d)
+            if s is not None:
+                s.discard(cid)
+                if not s:
+                    del ns.postings[d]
+        if old is None or old.system_hash != h.system_hash:
+            if old is not None:
+                self._discard(ns.by_system, old.system_hash, cid)
+            ns.by_system.setdefault(h.system_hash, set()).add(cid)
+        self._hist[cid] = h
+
+    def add_lines(self, conversation_id: str, fingerprints: Iterable[int]) -> None:
+        """Record text-line fingerprints seen in a conversation (for pasted-history side
+        requests). Lines are kept for the life of the conversation."""
+        h = self._hist.get(conversation_id)
+        if h is None:
+            return
+        ns = self._ns.setdefault(h.namespace, _NsIndex())
+        mine = self._conv_lines.setdefault(conversation_id, set())
+        for fp in fingerprints:
+            if fp not in mine:
+                mine.add(fp)
+                ns.lines.setdefault(fp, set()).add(conversation_id)
+
+    def remove(self, conversation_id: str) -> None:
+        h = self._hist.pop(conversation_id, None)
+        if h is None:
+            return
+        ns = self._ns.get(h.namespace)
+        lines = self._conv_lines.pop(conversation_id, set())
+        if ns is None:
+            return
+        for d in set(h.digests):
+            self._discard(ns.postings, d, conversation_id)
+        for fp in lines:
+            self._discard(ns.lines, fp, conversation_id)
+        self._discard(ns.by_system, h.system_hash, conversation_id)
+        if not ns.postings and not ns.by_system and not ns.lines:
+            del self._ns[h.namespace]
+
+    @staticmethod
+    def _discard(d: dict[str, set[str]] | dict[int, set[str]], key: object, cid: str) -> None:
+        s = d.get(key)  # type: ignore[call-overload]
+        if s is not None:
+            s.discard(cid)
+            if not s:
+                del d[key]  # type: ignore[arg-type]
+
+    # -- read side used by match()
+
+    def _candidates(self, probe: Probe) -> list[History]:
+        ns = self._ns.get(probe.namespace)
+        if ns is None:
+            return []
+        hits: Counter[str] = Counter()
+        for d in set(_sample(probe.digests)):
+            s = ns.postings.get(d)
+            if s and len(s) <= MAX_POSTINGS:
+                hits.update(s)
+        if not hits:
+            return []
+        ranked = sorted(hits.items(), key=lambda kv: (kv[1], self._hist[kv[0]].last_seen), reverse=True)
+        return [self._hist[cid] for cid, _ in ranked[:MAX_CANDIDATES]]
+
+    def _line_candidate(self, probe: Probe) -> tuple[History, int] | None:
+        ns = self._ns.get(probe.namespace)
+        if ns is None or not probe.text_lines:
+            return None
+        hits: Counter[str] = Counter()
+        for fp in probe.text_lines:
+            s = ns.lines.get(fp)
+            if s and len(s) <= MAX_POSTINGS:
+                hits.update(s)
+        if not hits:
+            return None
+        cid, n = max(hits.items(), key=lambda kv: (kv[1], self._hist[kv[0]].last_seen))
+        return self._hist[cid], n
+
+    def _latest_with_system(self, probe: Probe) -> History | None:
+        ns = self._ns.get(probe.namespace)
+        if ns is None:
+            return None
+        ids = ns.by_system.get(probe.system_hash)
+        if not ids:
+            return None
+        return max((self._hist[c] for c in ids), key=lambda h: h.last_seen)
+
+
+def _sample(digests: tuple[str, ...]) -> Iterable[str]:
+    """A bounded sample: the head (extensions), the tail (kept tails after compaction)
+    and an even stride through the middle (head truncation keeping a long middle)."""
+    n = len(digests)
+    if n <= 96:
+        return digests
+    stride = max(1, n // 32)
+    return digests[:8] + digests[-56:] + digests[8:-56:stride]
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]; slices compare in C
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _kept_tail(h: History, r: tuple[str, ...], start: int) -> tuple[int, int]:
+    """The longest verbatim block ``r[i:i+k] == h.digests[j:j+k]`` (``i >= start``) that
+    reaches the end of the known last request (``j + k >= request_len``).
+
+    Returns ``(k, j)``; ``(0, 0)`` when there is none."""
+    hd = h.digests
+    pos: dict[str, int] = {}
+    for idx, d in enumerate(hd):
+        pos.setdefault(d, idx)
+    best_k, best_j = 0, 0
+    i, n, m = start, len(r), len(hd)
+    while i < n:
+        j = pos.get(r[i])
+        if j is None:
+            i += 1
+            continue
+        k = 1
+        while i + k < n and j + k < m and r[i + k] == hd[j + k]:
+            k += 1
+        if j + k >= h.request_len and k > best_k:
+            best_k, best_j = k, j
+        i += k
+    return best_k, best_j
+
+
+def _evaluate(h: History, probe: Probe) -> Match:
+    r = probe.digests
+    L = h.request_len
+    if len(r) >= L and r[:L] == h.digests[:L]:
+        return Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
+    lcp = _common_prefix(r, h.digests)
+    k, j = _kept_tail(h, r, lcp)
+    if k and (k >= 2 or lcp >= 1 or probe.system_hash == h.system_hash):
+        dropped = max(0, min(j, L) - lcp)
+        return Match(h.conversation_id, "compacted", prefix_len=lcp, suffix_len=k, dropped=dropped)
+    if lcp >= 1:
+        return Match(None, "fork", prefix_len=lcp, parent_id=h.conversation_id)
+    return NEW
+
+
+def _better(a: Match, b: Match, ha: History, hb: History, probe: Probe) -> bool:
+    """Is ``a`` (on ``ha``) a better explanation than ``b`` (on ``hb``)?"""
+    ka = (_RANK[a.relation], a.prefix_len + a.suffix_len, ha.system_hash == probe.system_hash, ha.last_seen)
+    kb = (_RANK[b.relation], b.prefix_len + b.suffix_len, hb.system_hash == probe.system_hash, hb.last_seen)
+    return ka > kb
+
+
+def _as_side_request(m: Match, h: History) -> Match:
+    return Match(h.conversation_id, "side_request", prefix_len=m.prefix_len, suffix_len=m.suffix_len)
+
+
+def match(index: LineageIndex, probe: Probe) -> Match:
+    """Find the conversation ``probe`` belongs to, within its namespace.
+
+    Order of preference: extend > compacted > fork > new; ties go to the longer
+    matched run, then the same system prompt, then the most recently seen. With
+    ``summarize_hint`` any structural match (extend, compacted or fork) becomes a
+    ``side_request`` on that conversation; a short request whose text lines cover a
+    known conversation is a ``side_request`` too (history pasted as text).
+    """
+    best: Match = NEW
+    best_h: History | None = None
+    if probe.digests:
+        for h in index._candidates(probe):
+            m = _evaluate(h, probe)
+            if best_h is None or _better(m, best, h, best_h, probe):
+                best, best_h = m, h
+    if best_h is not None and best.relation != "new":
+        if probe.summarize_hint:
+            return _as_side_request(best, best_h)
+        if best.relation != "fork":
+            return best
+    lc = index._line_candidate(probe)
+    if lc is not None:
+        h, n = lc
+        if n >= MIN_LINE_HITS and (probe.summarize_hint or n >= MIN_LINE_SHARE * len(probe.text_lines)):
+            return Match(h.conversation_id, "side_request", line_hits=n)
+    if best_h is not None and best.relation == "fork":
+        if probe.continuation_hint:
+            return Match(best_h.conversation_id, "compacted", prefix_len=best.prefix_len,
+                         dropped=max(0, best_h.request_len - best.prefix_len))
+        return best
+    if probe.scoped or probe.continuation_hint:
+        same = index._latest_with_system(probe)
+        if same is not None:
+            if probe.summarize_hint:
+                return Match(same.conversation_id, "side_request")
+            return Match(same.conversation_id, "compacted", dropped=same.request_len)
+    return NEW
+
+
+def relate(h: History | None, probe: Probe) -> Match:
+    """Relate ``probe`` to one given history (an explicitly identified conversation):
+    ``extend``, ``compacted`` (anything that does not extend it — head replaced, dropped
+    or rewritten), ``side_request`` (with a summarize hint) or ``new`` (no history)."""
+    if h is None:
+        return NEW
+    m = _evaluate(h, probe)
+    if probe.summarize_hint:
+        return _as_side_request(m, h)
+    if m.relation == "extend" or m.relation == "compacted":
+        return m
+    return Match(h.conversation_id, "compacted", prefix_len=m.prefix_len, dropped=max(0, h.request_len - m.prefix_len))

@@ -1,0 +1,1 @@
+"""The gate: conversation identity and tracking, its JSON API, and (later) policy."""

@@ -1,0 +1,110 @@
+"""The gate's conversation API (JSON, read-only).
+
+- ``GET /gate/conversations``: every live conversation, most recent first (optional
+  ``?tenant=`` filter and ``?limit=``, default 200).
+- ``GET /gate/conversations/{id}``: one conversation with its timeline and events.
+- ``GET /gate/events``: the most recent events of all conversations (``?limit=``).
+
+Access control is the server's ``/gate/`` middleware. Nothing here exposes a secret:
+tenants are key hashes and no request header is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+
+from proxy.gate.tracker import Tracker
+from proxy.state.records import ConversationRecord, GateEvent
+
+__all__ = ["TRACKER_KEY", "add_gate_routes", "conversation_json", "event_json"]
+
+TRACKER_KEY: web.AppKey[Tracker] = web.AppKey("compaction_gate.tracker", Tracker)
+
+_COMPACTIONS = frozenset({"compacted", "summarize", "truncate", "mask", "edit", "reset"})
+
+
+def event_json(rec: ConversationRecord, e: GateEvent) -> dict[str, Any]:
+    d = asdict(e)
+    d["conversation_id"] = rec.id
+    return d
+
+
+def conversation_json(rec: ConversationRecord, *, detail: bool = False) -> dict[str, Any]:
+    """The JSON view of one conversation (``detail`` adds timeline and events)."""
+    out: dict[str, Any] = {
+        "id": rec.id,
+        "tenant": rec.tenant,
+        "model": rec.model,
+        "dialect": rec.dialect,
+        "message_count": len(rec.digests),
+        "tokens": rec.tokens,
+        "window": rec.window,
+        "share": rec.share,
+        "exact": rec.exact,
+        "requests": rec.seq,
+        "compactions": sum(1 for t in rec.timeline if t.transition in _COMPACTIONS),
+        "side_requests": sum(1 for t in rec.timeline if t.relation == "side_request"),
+        "created": rec.created,
+        "last_seen": rec.last_seen,
+        "parent_id": rec.parent_id,
+        "explicit_source": rec.explicit_source,
+        "last_relation": rec.timeline[-1].relation if rec.timeline else None,
+        "event_count": len(rec.events),
+    }
+    if detail:
+        out["timeline"] = [asdict(t) for t in rec.timeline]
+        out["events"] = [event_json(rec, e) for e in rec.events]
+    return out
+
+
+def _limit(request: web.Request, default: int) -> int:
+    try:
+        return max(1, min(10_000, int(request.query.get("limit", default))))
+    except ValueError:
+        raise web.HTTPBadRequest(text='{"error": "limit must be an integer"}', content_type="application/json")
+
+
+async def list_conversations(request: web.Request) -> web.Response:
+    tracker = request.app[TRACKER_KEY]
+    tenant = request.query.get("tenant")
+    limit = _limit(request, 200)
+    recs = [r for r in tracker.conversations() if tenant is None or r.tenant == tenant]
+    body = {"count": len(recs), "conversations": [conversation_json(r) for r in recs[:limit]]}
+    return web.json_response(body)
+
+
+async def get_conversation(request: web.Request) -> web.Response:
+    tracker = request.app[TRACKER_KEY]
+    rec = tracker.get(request.match_info["id"])
+    if rec is None:
+        return web.json_response({"error": "unknown conversation"}, status=404)
+    return web.json_response(conversation_json(rec, detail=True))
+
+
+async def list_events(request: web.Request) -> web.Response:
+    tracker = request.app[TRACKER_KEY]
+    limit = _limit(request, 200)
+    events = [event_json(r, e) for r in tracker.conversations() for e in r.events]
+    events.sort(key=lambda e: e["at"], reverse=True)
+    return web.json_response({"count": len(events), "events": events[:limit]})
+
+
+def add_gate_routes(app: web.Application, tracker: Tracker, *, events: bool = True) -> None:
+    """Register the conversation API on ``app`` and tie the tracker's lifecycle to the
+    app (``start`` on startup, ``close`` on cleanup). ``events=False`` leaves
+    ``/gate/events`` to another component."""
+    app[TRACKER_KEY] = tracker
+
+    async def _ctx(app: web.Application) -> Any:
+        await tracker.start()
+        yield
+        await tracker.close()
+
+    app.cleanup_ctx.append(_ctx)
+    app.router.add_get("/gate/conversations", list_conversations)
+    app.router.add_get("/gate/conversations/{id}", get_conversation)
+    if events:
+        app.router.add_get("/gate/events", list_events)

@@ -1,0 +1,90 @@
+"""Explicit conversation ids (DESIGN §6), first match wins:
+
+1. header ``x-conversation-id``;
+2. session headers: ``x-session-id``, ``x-litellm-session-id``, any
+   ``x-<vendor>-session-id`` (e.g. ``x-claude-code-session-id``), ``session-id``,
+   ``helicone-session-id``;
+3. body ``prompt_cache_key`` (OpenAI; Codex sends its conversation id there);
+4. Anthropic body ``metadata.user_id`` ending ``_session_<uuid>`` (Claude Code), or a
+   JSON ``user_id`` carrying ``session_id``.
+
+Otherwise the conversation is found by content (:mod:`proxy.core.lineage`). Pure.
+Session ids are identifiers, not secrets, but they are clipped and cleaned (printable,
+bounded length) before being used as ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["ExplicitId", "explicit_id", "MAX_ID_LEN"]
+
+MAX_ID_LEN = 128
+_VENDOR_SESSION = re.compile(r"^x-[a-z0-9][a-z0-9-]*-session-id$")
+_FIXED_FIRST = ("x-session-id", "x-litellm-session-id")
+_FIXED_LAST = ("session-id", "helicone-session-id")
+_SESSION_SUFFIX = re.compile(r"_session_([0-9A-Za-z][0-9A-Za-z-]{7,})$")
+_CLEAN = re.compile(r"[^0-9A-Za-z._:@/+=-]")
+
+
+@dataclass(frozen=True, slots=True)
+class ExplicitId:
+    """An id the client gave. ``source`` says where it came from (e.g.
+    ``header:x-session-id``, ``body:prompt_cache_key``, ``body:metadata.user_id``)."""
+
+    value: str
+    source: str
+
+
+def _clean(value: str) -> str | None:
+    v = _CLEAN.sub("_", value.strip())[:MAX_ID_LEN]
+    return v or None
+
+
+def _session_from_user_id(user_id: Any) -> str | None:
+    if not isinstance(user_id, str) or not user_id:
+        return None
+    m = _SESSION_SUFFIX.search(user_id)
+    if m:
+        return m.group(1)
+    if user_id.lstrip().startswith("{"):
+        try:
+            obj = json.loads(user_id)
+        except ValueError:
+            return None
+        if isinstance(obj, Mapping):
+            sid = obj.get("session_id") or obj.get("sessionId")
+            if isinstance(sid, str) and sid:
+                return sid
+    return None
+
+
+def explicit_id(headers: Mapping[str, str], body: Any) -> ExplicitId | None:
+    """The client's explicit conversation id, or ``None``. ``headers`` keys must be
+    lower-case (as in :class:`proxy.server.hooks.Exchange`)."""
+    candidates: list[str] = ["x-conversation-id", *_FIXED_FIRST]
+    candidates += sorted(h for h in headers if _VENDOR_SESSION.match(h) and h not in _FIXED_FIRST)
+    candidates += list(_FIXED_LAST)
+    for name in candidates:
+        raw = headers.get(name)
+        if raw:
+            v = _clean(raw)
+            if v:
+                return ExplicitId(v, f"header:{name}")
+    if isinstance(body, Mapping):
+        pck = body.get("prompt_cache_key")
+        if isinstance(pck, str) and pck:
+            v = _clean(pck)
+            if v:
+                return ExplicitId(v, "body:prompt_cache_key")
+        meta = body.get("metadata")
+        if isinstance(meta, Mapping):
+            sid = _session_from_user_id(meta.get("user_id"))
+            if sid:
+                v = _clean(sid)
+                if v:
+                    return ExplicitId(v, "body:metadata.user_id")
+    return None

@@ -1,0 +1,185 @@
+"""Incremental normalisation: reuse the messages of the previous request.
+
+Agents resend their whole history on every request. Normalising and hashing 1,000
+messages per request would make the tracker's cost grow with the history, so the
+normaliser remembers, per conversation, the parsed items of its last request and their
+:class:`~proxy.core.messages.Message` objects. When a new body's items start with those
+items (a C-level ``==`` over the parsed JSON, far cheaper than re-normalising), only the
+new items are normalised.
+
+Contract: the result is always identical (same messages, same digests, same system and
+tools) to ``proxy.core.messages.from_body(api, body)`` — the fast path is an
+optimisation only (tested against the full path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from proxy.core.messages import (
+    Message,
+    Snapshot,
+    ToolDef,
+    from_anthropic,
+    from_body,
+    from_openai_chat,
+    from_openai_responses,
+)
+
+__all__ = ["IncrementalNormalizer", "Normalized", "text_hash"]
+
+_DUMMY_CHAT = {"role": "user", "content": "."}
+_DUMMY_RESPONSES = {"type": "message", "role": "user", "content": "."}
+
+
+def text_hash(text: str) -> str:
+    """Short content hash of a system prompt or tool list ("" for empty text)."""
+    if not text:
+        return ""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def tools_text(tools: tuple[ToolDef, ...]) -> str:
+    return "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
+
+
+@dataclass(frozen=True, slots=True)
+class Normalized:
+    """A normalised request: the snapshot, its message digests, content hashes of the
+    system prompt and tools, and how many leading messages were reused."""
+
+    snapshot: Snapshot
+    digests: tuple[str, ...]
+    system_hash: str
+    tools_hash: str
+    reused: int
+
+
+@dataclass(slots=True)
+class _Entry:
+    api: str
+    items: list[Any]
+    system_raw: Any
+    tools_raw: Any
+    norm: Normalized
+
+
+def _items(api: str, body: Mapping[str, Any]) -> list[Any] | None:
+    raw = body.get("input") if api == "responses" else body.get("messages")
+    return raw if isinstance(raw, list) else None
+
+
+def _system_raw(api: str, body: Mapping[str, Any]) -> Any:
+    if api == "messages":
+        return body.get("system")
+    if api == "responses":
+        return body.get("instructions")
+    return None  # chat: the system prompt is inside the items
+
+
+def _tail_messages(api: str, items: list[Any]) -> tuple[Message, ...]:
+    """Normalise items that follow at least one non-system message."""
+    if not items:
+        return ()
+    if api == "chat":
+        return from_openai_chat({"messages": [_DUMMY_CHAT, *items]}).messages[1:]
+    if api == "responses":
+        return from_openai_responses({"input": [_DUMMY_RESPONSES, *items]}).messages[1:]
+    return from_anthropic({"messages": items}).messages
+
+
+class IncrementalNormalizer:
+    """Per-namespace cache of recent requests' parsed items and messages.
+
+    ``max_per_namespace`` bounds how many conversations of one namespace are tried;
+    ``max_entries`` bounds the whole cache (least recently used dropped first).
+    """
+
+    def __init__(self, max_per_namespace: int = 64, max_entries: int = 4096) -> None:
+        self._by_ns: dict[str, OrderedDict[str, _Entry]] = {}
+        self._lru: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.max_per_namespace = max_per_namespace
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+
+    def _full(self, api: str, body: Mapping[str, Any]) -> Normalized:
+        snap = from_body(api, body)
+        return Normalized(
+            snap,
+            tuple(m.digest for m in snap.messages),
+            text_hash(snap.system),
+            text_hash(tools_text(snap.tools)),
+            0,
+        )
+
+    def normalize(self, namespace: str, api: str, body: Mapping[str, Any]) -> Normalized:
+        """Normalise ``body`` of ``api`` (``chat``, ``messages``, ``responses``).
+        Raises :class:`~proxy.core.messages.MessageFormatError` on malformed bodies."""
+        items = _items(api, body)
+        bucket = self._by_ns.get(namespace)
+        best: _Entry | None = None
+        if items is not None and bucket:
+            n = len(items)
+            for e in reversed(bucket.values()):
+                k = len(e.items)
+                if e.api != api or k > n or not e.norm.snapshot.messages or k == 0:
+                    continue
+                if items[0] != e.items[0] or items[k - 1] != e.items[k - 1] or items[:k] != e.items:
+                    continue
+                if best is None or k > len(best.items):
+                    best = e
+        if best is None:
+            self.misses += 1
+            return self._full(api, body)
+        self.hits += 1
+        assert items is not None
+        prev = best.norm
+        k = len(best.items)
+        new_msgs = _tail_messages(api, items[k:])
+        system, system_hash = prev.snapshot.system, prev.system_hash
+        sys_raw = _system_raw(api, body)
+        if api != "chat" and sys_raw != best.system_raw:
+            probe = self._full(api, {**body, "messages": [], "input": []})
+            system, system_hash = probe.snapshot.system, probe.system_hash
+        tools, tools_hash = prev.snapshot.tools, prev.tools_hash
+        tools_raw = body.get("tools") or body.get("functions")
+        if tools_raw != best.tools_raw:
+            probe = self._full("chat", {"messages": [], "tools": tools_raw} if tools_raw else {"messages": []})
+            tools, tools_hash = probe.snapshot.tools, probe.tools_hash
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model)
+        digests = prev.digests + tuple(m.digest for m in new_msgs)
+        return Normalized(snap, digests, system_hash, tools_hash, len(prev.snapshot.messages))
+
+    def remember(self, namespace: str, key: str, api: str, body: Mapping[str, Any], norm: Normalized) -> None:
+        """Remember ``body`` as the latest request of conversation ``key``."""
+        items = _items(api, body)
+        if items is None:
+            return
+        bucket = self._by_ns.setdefault(namespace, OrderedDict())
+        bucket[key] = _Entry(api, items, _system_raw(api, body), body.get("tools") or body.get("functions"), norm)
+        bucket.move_to_end(key)
+        self._lru[(namespace, key)] = None
+        self._lru.move_to_end((namespace, key))
+        while len(bucket) > self.max_per_namespace:
+            old, _ = bucket.popitem(last=False)
+            self._lru.pop((namespace, old), None)
+        while len(self._lru) > self.max_entries:
+            (ns, old), _ = self._lru.popitem(last=False)
+            b = self._by_ns.get(ns)
+            if b is not None:
+                b.pop(old, None)
+                if not b:
+                    del self._by_ns[ns]
+
+    def forget(self, namespace: str, key: str) -> None:
+        b = self._by_ns.get(namespace)
+        if b is not None:
+            b.pop(key, None)
+            if not b:
+                del self._by_ns[namespace]
+        self._lru.pop((namespace, key), None)

@@ -1,0 +1,709 @@
+"""The conversation tracker: identity, lineage, history, replies, timeline.
+
+:class:`Tracker` is the stateful layer over the pure core. For each proxied request of a
+conversational API (OpenAI chat, Responses, Anthropic messages) :meth:`Tracker.observe`
+normalises the body (incrementally), resolves the conversation (explicit id, else
+lineage by message hashes, scoped by tenant), records the request in the conversation's
+history and timeline, and returns an :class:`Observation` — including the previous
+snapshot of the conversation, which the gate diffs to see what a compaction lost.
+:class:`TrackingTap` records the assistant's reply without delaying the response, and
+:class:`TrackingInterceptor` wraps it all as a :class:`proxy.server.hooks.Interceptor`
+(the policy layer composes :meth:`Tracker.observe` with its own analysis instead).
+
+Concurrency: every mutation of a conversation happens synchronously within one
+event-loop step (no ``await`` between reading and writing its state), so concurrent
+requests on one conversation are serialised by construction. The only suspension point
+— loading a cold conversation from the store — runs under a per-conversation
+``asyncio.Lock`` and is followed by a fresh match. A reply updates the history only if
+no later request of the conversation was recorded meanwhile.
+
+Cost: per request the Python-level work grows with the *new* messages (normalised,
+hashed, tokenised and scanned once, cached by digest); the history itself is only
+touched by C-level comparisons. Store writes are enqueued and batched off the loop.
+
+Secrets: only the tenant hash is kept; no header value is stored (explicit session ids
+become conversation ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from proxy.accounting import TokenAccounting
+from proxy.core.lineage import History, LineageIndex, Match, Probe, Relation, line_fingerprints, match
+from proxy.core.markers import Markers, default_markers, fold
+from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
+from proxy.core.responses import Reply, StreamAssembler, reply_from_json
+from proxy.gate.identity import ExplicitId, explicit_id
+from proxy.gate.normalize import IncrementalNormalizer, Normalized, text_hash
+from proxy.server.hooks import Decision, Exchange
+from proxy.state.memory import MemoryStore
+from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
+from proxy.state.store import Store
+
+__all__ = ["Observation", "Tracker", "TrackerConfig", "TrackingInterceptor", "TrackingTap", "TRACKED_KINDS"]
+
+log = logging.getLogger(__name__)
+
+#: API kinds whose requests carry a conversation history.
+TRACKED_KINDS: frozenset[str] = frozenset({"chat", "messages", "responses"})
+
+_SUMMARY_WORDS = r"(?:summari[sz]e|summary|summarization|condense|compact(?:ion)?)"
+_HISTORY_WORDS = r"(?:conversation|history|transcript|chat|messages|discussion|session|context|dialogue)"
+_GENERIC_SUMMARY = re.compile(
+    rf"\b{_SUMMARY_WORDS}\b.{{0,120}}\b{_HISTORY_WORDS}\b|\b{_HISTORY_WORDS}\b.{{0,120}}\b{_SUMMARY_WORDS}\b", re.S
+)
+_SHORT_REQUEST = 3
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """Bounds of the tracker. ``ttl_seconds``: conversations idle longer are evicted;
+    ``max_conversations``: beyond it the least recently used are evicted;
+    ``hot_conversations``: how many full snapshots stay in memory (others are re-read
+    from the store when needed); ``max_timeline``: timeline entries kept in memory per
+    conversation (all are stored)."""
+
+    ttl_seconds: float = 7 * 24 * 3600.0
+    max_conversations: int = 10_000
+    hot_conversations: int = 512
+    max_timeline: int = 1000
+    max_events: int = 1000
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the tracker knows about one request, for the policy layer.
+
+    ``previous`` is the conversation's history before this request (its last request's
+    messages followed by the recorded reply), ``None`` for a new conversation or when it
+    could not be loaded. ``current`` is this request. ``relation`` comes from lineage
+    (``extend``, ``compacted``, ``side_request``, ``fork``, ``new``); a side request does
+    not advance the conversation. ``seq`` identifies this request's timeline entry.
+    """
+
+    conversation_id: str
+    tenant: str
+    api: str
+    relation: Relation
+    match: Match
+    previous: Snapshot | None
+    current: Snapshot
+    seq: int
+    is_summarization_request: bool
+    summarization_agent: str | None
+    explicit: ExplicitId | None
+    parent_id: str | None
+    new_messages: int
+    tokens: int
+    window: int | None
+    share: float | None
+    exact: bool
+    stream: bool
+    model: str | None
+    request_id: str = ""
+
+
+@dataclass
+class _Hot:
+    """In-memory state of a conversation: its current history as a snapshot and the
+    cumulative token counts of its messages (``cum[i]`` = tokens of the first ``i``)."""
+
+    snapshot: Snapshot
+    cum: list[int] = field(default_factory=lambda: [0])
+    tokenizer: str = ""
+
+
+def _tools_blob(tools: tuple[ToolDef, ...]) -> str:
+    return json.dumps([[t.name, t.description, t.schema] for t in tools], separators=(",", ":"))
+
+
+def _tools_from_blob(text: str) -> tuple[ToolDef, ...]:
+    try:
+        return tuple(ToolDef(n, d, s) for n, d, s in json.loads(text))
+    except (ValueError, TypeError):
+        return ()
+
+
+class Tracker:
+    """Tracks conversations over a :class:`~proxy.state.store.Store`.
+
+    Call :meth:`start` once (opens the store, loads the conversations) and
+    :meth:`close` at shutdown (flushes).
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        config: TrackerConfig | None = None,
+        *,
+        accounting: TokenAccounting | None = None,
+        markers: Markers | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store: Store = store if store is not None else MemoryStore()
+        self.config = config or TrackerConfig()
+        self.accounting = accounting or TokenAccounting()
+        self._markers = markers
+        self.clock = clock
+        self.index = LineageIndex()
+        self.normalizer = IncrementalNormalizer()
+        self._recs: OrderedDict[str, ConversationRecord] = OrderedDict()
+        self._hot: OrderedDict[str, _Hot] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._lines: OrderedDict[str, frozenset[int]] = OrderedDict()
+        self._hint_cache: OrderedDict[str, str | None] = OrderedDict()
+        self._blob_cache: OrderedDict[str, str] = OrderedDict()
+        self._warm_tasks: set[asyncio.Future[Any]] = set()
+        self._started = False
+
+    @property
+    def markers(self) -> Markers:
+        if self._markers is None:
+            self._markers = default_markers()
+        return self._markers
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Open the store and load every stored conversation into the index (history
+        digests only; message contents are loaded lazily)."""
+        if self._started:
+            return
+        self._started = True
+        await self.store.open()
+        recs = await self.store.load(self.config.max_timeline)
+        recs.sort(key=lambda r: r.last_seen)
+        for rec in recs:
+            self._recs[rec.id] = rec
+            self.index.upsert(self._history(rec))
+        self._evict(self.clock())
+
+    async def close(self) -> None:
+        for t in list(self._warm_tasks):
+            t.cancel()
+        await self.store.close()
+
+    async def flush(self) -> None:
+        await self.store.flush()
+
+    # ------------------------------------------------------------------ queries
+
+    def get(self, conversation_id: str) -> ConversationRecord | None:
+        return self._recs.get(conversation_id)
+
+    def conversations(self) -> list[ConversationRecord]:
+        """All live conversations, most recently seen first."""
+        return list(reversed(self._recs.values()))
+
+    async def history(self, conversation_id: str) -> Snapshot | None:
+        """The conversation's current history (loaded from the store if cold)."""
+        hot = self._hot.get(conversation_id)
+        if hot is not None:
+            return hot.snapshot
+        await self._hydrate(conversation_id)
+        hot = self._hot.get(conversation_id)
+        return hot.snapshot if hot else None
+
+    # ------------------------------------------------------------------ policy hooks
+
+    def add_event(
+        self,
+        conversation_id: str,
+        kind: str,
+        *,
+        action: str = "none",
+        message: str = "",
+        details: Mapping[str, Any] | None = None,
+        request_seq: int | None = None,
+    ) -> GateEvent | None:
+        """Append an event to a conversation (the policy layer's record of what it saw
+        and did). ``details`` must be JSON-serialisable and free of secrets."""
+        rec = self._recs.get(conversation_id)
+        if rec is None:
+            return None
+        rec.event_seq += 1
+        ev = GateEvent(rec.event_seq, self.clock(), kind, action, request_seq, message, dict(details or {}))
+        rec.events.append(ev)
+        if len(rec.events) > self.config.max_events:
+            del rec.events[: len(rec.events) - self.config.max_events]
+        self.store.put_event(rec.id, ev)
+        self.store.save_conversation(rec)
+        return ev
+
+    def set_transition(self, conversation_id: str, seq: int, transition: str) -> None:
+        """Refine the transition kind of one timeline entry (e.g. ``summarize``,
+        ``truncate``, ``mask``) once the policy layer classified it."""
+        rec = self._recs.get(conversation_id)
+        entry = self._entry(rec, seq) if rec else None
+        if rec is not None and entry is not None:
+            entry.transition = transition
+            self.store.put_timeline(rec.id, entry)
+
+    # ------------------------------------------------------------------ observe
+
+    async def observe(self, ex: Exchange) -> Observation | None:
+        """Track one request; ``None`` when it carries no conversation (other API
+        kinds, non-JSON or malformed bodies)."""
+        if ex.kind not in TRACKED_KINDS or ex.method != "POST" or not isinstance(ex.json, dict):
+            return None
+        body: dict[str, Any] = ex.json
+        api = ex.kind
+        explicit = explicit_id(ex.headers, body)
+        namespace = ex.tenant if explicit is None else f"{ex.tenant}|{explicit.value}"
+        try:
+            norm = self.normalizer.normalize(namespace, api, body)
+        except (MessageFormatError, AttributeError, TypeError, KeyError):
+            return None
+        snap = norm.snapshot
+        model = ex.model or snap.model
+        self._ensure_warm(model)
+        agent = self._summarization_agent(snap)
+        lines = self._probe_lines(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
+        probe = Probe(
+            namespace,
+            norm.system_hash,
+            norm.digests,
+            agent is not None,
+            lines,
+            explicit is not None,
+            self._continuation_agent(snap) is not None,
+        )
+
+        for _attempt in range(3):
+            m = match(self.index, probe)
+            cid = m.conversation_id
+            if cid is not None and cid in self._recs and cid not in self._hot:
+                await self._hydrate(cid)  # suspension point: match again afterwards
+                continue
+            break
+        return self._apply(ex, body, api, namespace, explicit, norm, m, agent, model)
+
+    def _apply(
+        self,
+        ex: Exchange,
+        body: dict[str, Any],
+        api: str,
+        namespace: str,
+        explicit: ExplicitId | None,
+        norm: Normalized,
+        m: Match,
+        agent: str | None,
+        model: str | None,
+    ) -> Observation:
+        """Record the request. Synchronous: atomic with respect to other requests."""
+        now = self.clock()
+        snap = norm.snapshot
+        cid = m.conversation_id
+        rec = self._recs.get(cid) if cid is not None else None
+        if rec is None:
+            cid = self._new_id(explicit, ex.tenant)
+            rec = ConversationRecord(
+                id=cid,
+                tenant=ex.tenant,
+                namespace=namespace,
+                created=now,
+                last_seen=now,
+                explicit_id=explicit.value if explicit else None,
+                explicit_source=explicit.source if explicit else None,
+                parent_id=m.parent_id,
+            )
+            self._recs[cid] = rec
+            relation: Relation = m.relation if m.relation in ("new", "fork") else "new"
+        else:
+            relation = m.relation
+        assert cid is not None
+        hot = self._hot.get(cid)
+        previous = hot.snapshot if hot is not None else None
+        info = self.accounting.model_info(model)
+
+        # tokens: reuse the cumulative counts of the shared prefix
+        base_cum: list[int] = [0]
+        if hot is not None and hot.tokenizer == info.tokenizer and relation in ("extend", "side_request"):
+            p = min(m.prefix_len, len(hot.cum) - 1)
+            base_cum = hot.cum[: p + 1]
+        cum = base_cum
+        for msg in snap.messages[len(cum) - 1 :]:
+            cum.append(cum[-1] + self.accounting.count_message(model, msg))
+        tokens = cum[-1] + self._fixed_tokens(model, snap, norm)
+        window = info.window
+        share = round(tokens / window, 4) if window else None
+
+        new_from = m.prefix_len if relation == "extend" else 0
+        new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
+        self.store.put_messages(new_msgs)
+        if norm.system_hash and norm.system_hash not in self._blob_cache:
+            self._put_blob(norm.system_hash, snap.system)
+        if norm.tools_hash and norm.tools_hash not in self._blob_cache:
+            self._put_blob(norm.tools_hash, _tools_blob(snap.tools))
+
+        rec.seq += 1
+        entry = TimelineEntry(
+            seq=rec.seq,
+            at=now,
+            relation=relation,
+            transition=relation,
+            messages=len(snap.messages),
+            new_messages=len(new_msgs) if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
+            dropped=m.dropped,
+            tokens=tokens,
+            window=window,
+            share=share,
+            exact=info.exact,
+            model=model,
+            stream=ex.stream,
+            request_id=ex.request_id,
+        )
+        rec.timeline.append(entry)
+        if len(rec.timeline) > self.config.max_timeline:
+            del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
+        rec.last_seen = now
+        if relation != "side_request":
+            rec.model = model or rec.model
+            rec.dialect = snap.dialect
+            rec.system_hash = norm.system_hash
+            rec.tools_hash = norm.tools_hash
+            rec.digests = norm.digests
+            rec.request_len = len(norm.digests)
+            rec.tokens = tokens
+            rec.window = window
+            rec.exact = info.exact
+            self._hot[cid] = _Hot(snap, cum, info.tokenizer)
+            self.index.upsert(self._history(rec))
+            self.normalizer.remember(namespace, cid, api, body, norm)
+        elif rec.model is None:
+            rec.model = model
+        self._remember_lines(cid, new_msgs)
+        self._touch(cid)
+        self.store.put_timeline(cid, entry)
+        self.store.save_conversation(rec)
+        self._evict(now)
+        return Observation(
+            conversation_id=cid,
+            tenant=ex.tenant,
+            api=api,
+            relation=relation,
+            match=m,
+            previous=previous,
+            current=snap,
+            seq=entry.seq,
+            is_summarization_request=agent is not None,
+            summarization_agent=agent or None,
+            explicit=explicit,
+            parent_id=rec.parent_id,
+            new_messages=entry.new_messages,
+            tokens=tokens,
+            window=window,
+            share=share,
+            exact=info.exact,
+            stream=ex.stream,
+            model=model,
+            request_id=ex.request_id,
+        )
+
+    # ------------------------------------------------------------------ replies
+
+    def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
+        """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
+        error). Appended to the history only if ``obs`` is still the conversation's
+        latest request and was not a side request; usage always goes to the timeline."""
+        rec = self._recs.get(obs.conversation_id)
+        if rec is None:
+            return
+        entry = self._entry(rec, obs.seq)
+        msgs = reply.messages if reply is not None else ()
+        if entry is not None:
+            entry.status = status if reply is None or reply.complete or status != "ok" else "incomplete"
+            if reply is not None:
+                entry.usage = reply.usage.as_dict() if reply.usage else None
+                entry.reply_messages = len(msgs)
+                entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+                if obs.relation == "side_request":
+                    entry.reply_digests = [x.digest for x in msgs]
+            self.store.put_timeline(rec.id, entry)
+        if not msgs:
+            return
+        self.store.put_messages(msgs)
+        self._remember_lines(rec.id, msgs)
+        if obs.relation == "side_request":
+            rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
+            self.store.save_conversation(rec)
+            return
+        if rec.seq != obs.seq or reply is None or not reply.complete:
+            return  # a later request already moved the conversation on, or cut short
+        hot = self._hot.get(rec.id)
+        rec.digests = rec.digests[: rec.request_len] + tuple(x.digest for x in msgs)
+        if hot is not None:
+            base = hot.snapshot
+            hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model)
+            del hot.cum[rec.request_len + 1 :]
+            for x in msgs:
+                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
+        self.index.upsert(self._history(rec))
+        self.store.save_conversation(rec)
+
+    def tap(self, obs: Observation) -> TrackingTap:
+        return TrackingTap(self, obs)
+
+    # ------------------------------------------------------------------ internals
+
+    def _history(self, rec: ConversationRecord) -> History:
+        return History(rec.id, rec.namespace, rec.system_hash, rec.digests, rec.request_len, rec.last_seen)
+
+    def _entry(self, rec: ConversationRecord | None, seq: int) -> TimelineEntry | None:
+        if rec is None:
+            return None
+        for e in reversed(rec.timeline):
+            if e.seq == seq:
+                return e
+            if e.seq < seq:
+                break
+        return None
+
+    def _new_id(self, explicit: ExplicitId | None, tenant: str) -> str:
+        if explicit is None:
+            while True:
+                cid = "cv_" + secrets.token_hex(8)
+                if cid not in self._recs:
+                    return cid
+        base = explicit.value
+        if base not in self._recs:
+            return base
+        k = 2
+        while f"{base}.{k}" in self._recs:
+            k += 1
+        return f"{base}.{k}"
+
+    def _touch(self, cid: str) -> None:
+        self._recs.move_to_end(cid)
+        if cid in self._hot:
+            self._hot.move_to_end(cid)
+        while len(self._hot) > self.config.hot_conversations:
+            self._hot.popitem(last=False)
+
+    def _evict(self, now: float) -> None:
+        dead: list[str] = []
+        ttl = self.config.ttl_seconds
+        while self._recs:
+            cid, rec = next(iter(self._recs.items()))
+            if len(self._recs) > self.config.max_conversations or now - rec.last_seen > ttl:
+                self._recs.popitem(last=False)
+                dead.append(cid)
+            else:
+                break
+        if not dead:
+            return
+        for cid in dead:
+            ns = self.index.namespace_of(cid)
+            self.index.remove(cid)
+            self._hot.pop(cid, None)
+            lock = self._locks.get(cid)
+            if lock is not None and not lock.locked():
+                del self._locks[cid]
+            if ns is not None:
+                self.normalizer.forget(ns, cid)
+        self.store.delete(dead)
+
+    def _unseen(self, rec: ConversationRecord, snap: Snapshot) -> tuple[Message, ...]:
+        known = set(rec.digests)
+        return tuple(x for x in snap.messages if x.digest not in known)
+
+    def _fixed_tokens(self, model: str | None, snap: Snapshot, norm: Normalized) -> int:
+        n = 3
+        if snap.system:
+            n += 3 + self.accounting.count_keyed_text(model, "s:" + norm.system_hash, snap.system)
+        if snap.tools:
+            tools = snap.tools
+            n += self.accounting.count_keyed_text(
+                model, "t:" + norm.tools_hash, lambda: "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
+            )
+        return n
+
+    def _put_blob(self, key: str, text: str) -> None:
+        self._blob_cache[key] = text
+        while len(self._blob_cache) > 256:
+            self._blob_cache.popitem(last=False)
+        self.store.put_blob(key, text)
+
+    def _summarization_agent(self, snap: Snapshot) -> str | None:
+        """Name of the agent whose summarization marker the request carries, ``"generic"``
+        for a generic summarize instruction about the conversation, else ``None``.
+        Only the last message and the system prompt are scanned (cached by digest)."""
+        if not snap.messages:
+            return None
+        last = snap.messages[-1]
+        if last.digest in self._hint_cache:
+            found = self._hint_cache[last.digest]
+        else:
+            found = None
+            if last.role in ("user", "system"):
+                text = last.text
+                folded = fold(text if len(text) <= 20_000 else text[:10_000] + " " + text[-10_000:])
+                found = self.markers.summarize_request_agent(folded, last.role)
+                if found is None:
+                    head = folded if len(folded) <= 4000 else folded[:1500] + " " + folded[-1500:]
+                    if _GENERIC_SUMMARY.search(head):
+                        found = "generic"
+            self._hint_cache[last.digest] = found
+            if len(self._hint_cache) > 4096:
+                self._hint_cache.popitem(last=False)
+        if found is None and snap.system:
+            key = "sys:" + text_hash(snap.system[:2000])
+            if key in self._hint_cache:
+                found = self._hint_cache[key]
+            else:
+                found = self.markers.summarize_request_agent(fold(snap.system[:20_000]), "system")
+                self._hint_cache[key] = found
+        return found
+
+    def _continuation_agent(self, snap: Snapshot) -> str | None:
+        """Agent whose post-compaction marker one of the first three messages carries."""
+        for x in snap.messages[:3]:
+            key = "cont:" + x.digest
+            if key in self._hint_cache:
+                found = self._hint_cache[key]
+            else:
+                text = x.text
+                found = self.markers.continuation_agent(fold(text[:4000]), x.role) if text else None
+                self._hint_cache[key] = found
+            if found is not None:
+                return found
+        return None
+
+    def _message_lines(self, msg: Message) -> frozenset[int]:
+        fps = self._lines.get(msg.digest)
+        if fps is None:
+            fps = line_fingerprints(msg.text, max_lines=64) if msg.parts else frozenset()
+            self._lines[msg.digest] = fps
+            if len(self._lines) > 50_000:
+                self._lines.popitem(last=False)
+        return fps
+
+    def _remember_lines(self, cid: str, msgs: tuple[Message, ...]) -> None:
+        for x in msgs:
+            fps = self._message_lines(x)
+            if fps:
+                self.index.add_lines(cid, fps)
+
+    def _probe_lines(self, snap: Snapshot) -> frozenset[int]:
+        """Lines of a short request (a history may be pasted into a message or, as Goose
+        does, into the system prompt); long texts are not sampled here."""
+        out: set[int] = set(line_fingerprints(snap.system))
+        for x in snap.messages:
+            out.update(line_fingerprints(x.text))
+        return frozenset(out)
+
+    def _ensure_warm(self, model: str | None) -> None:
+        if model and self.accounting.claim_warm(model):
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            fut = loop.run_in_executor(None, self.accounting.warm, model)
+            self._warm_tasks.add(fut)
+            fut.add_done_callback(self._warm_tasks.discard)
+
+    async def warm(self, models: list[str]) -> None:
+        """Warm token accounting for ``models`` now (in a thread), e.g. at startup."""
+        loop = asyncio.get_running_loop()
+        for model in models:
+            if self.accounting.claim_warm(model):
+                await loop.run_in_executor(None, self.accounting.warm, model)
+
+    async def _hydrate(self, cid: str) -> None:
+        """Load a cold conversation's history from the store (under its lock)."""
+        lock = self._locks.setdefault(cid, asyncio.Lock())
+        async with lock:
+            rec = self._recs.get(cid)
+            if rec is None or cid in self._hot:
+                return
+            digests = rec.digests
+            msgs = await self.store.load_messages(digests)
+            keys = [k for k in (rec.system_hash, rec.tools_hash) if k and k not in self._blob_cache]
+            blobs = await self.store.load_blobs(keys) if keys else {}
+            for k, v in blobs.items():
+                self._blob_cache[k] = v
+            rec = self._recs.get(cid)
+            if rec is None or cid in self._hot or rec.digests != digests:
+                return
+            if any(d not in msgs for d in digests):
+                log.warning("state: conversation %s has missing messages; history not restored", cid)
+                snapshot_msgs: tuple[Message, ...] = ()
+            else:
+                snapshot_msgs = tuple(msgs[d] for d in digests)
+            system = self._blob_cache.get(rec.system_hash, "") if rec.system_hash else ""
+            tools = _tools_from_blob(self._blob_cache.get(rec.tools_hash, "[]")) if rec.tools_hash else ()
+            snap = Snapshot(rec.dialect, system, snapshot_msgs, tools, rec.model)  # type: ignore[arg-type]
+            self._hot[cid] = _Hot(snap, [0], "")
+            self._remember_lines(cid, snapshot_msgs)
+            self._touch(cid)
+
+
+class TrackingTap:
+    """Records the reply of one request. Events are passed through unchanged and
+    immediately; reassembly is a cheap parse per event. Never raises."""
+
+    def __init__(self, tracker: Tracker, obs: Observation) -> None:
+        self.tracker = tracker
+        self.obs = obs
+        self._asm = StreamAssembler(obs.api)
+        self._done = False
+
+    def _record(self, reply: Reply | None, status: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self.tracker.record_reply(self.obs, reply, status)
+        except Exception:  # observing must never break the response
+            log.exception("tracker: could not record reply")
+
+    def feed_json(self, status: int, body: bytes) -> bytes:
+        reply: Reply | None = None
+        if 200 <= status < 300:
+            try:
+                reply = reply_from_json(self.obs.api, json.loads(body))
+            except ValueError:
+                reply = None
+        self._record(reply, "ok" if 200 <= status < 300 else f"http_{status}")
+        return body
+
+    def feed_event(self, raw_event: bytes) -> list[bytes]:
+        try:
+            self._asm.feed(raw_event)
+        except Exception:
+            pass
+        return [raw_event]
+
+    def finish(self) -> list[bytes]:
+        self._record(self._asm.result(), "ok")
+        return []
+
+    def closed(self, reason: str) -> None:
+        try:
+            reply = self._asm.result()
+        except Exception:
+            reply = None
+        self._record(reply, reason)
+
+
+class TrackingInterceptor:
+    """An :class:`~proxy.server.hooks.Interceptor` that only tracks: every request is
+    forwarded untouched, with the resolved conversation id and a reply-recording tap."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    async def before(self, ex: Exchange) -> Decision:
+        obs = await self.tracker.observe(ex)
+        if obs is None:
+            return Decision()
+        return Decision(conversation_id=obs.conversation_id, tap=self.tracker.tap(obs))

@@ -1,0 +1,159 @@
+"""Persistent records of the conversation tracker, and their (de)serialisation.
+
+Records hold no secrets: the tenant is a hash prefix of the API key and no request
+header is stored. Message content is stored once per digest (deduplicated across
+conversations and requests); a conversation refers to its messages by digest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from proxy.core.messages import Message, Part, make_message
+
+__all__ = [
+    "ConversationRecord",
+    "GateEvent",
+    "TimelineEntry",
+    "message_from_json",
+    "message_to_json",
+]
+
+
+@dataclass
+class TimelineEntry:
+    """One request of a conversation.
+
+    ``relation`` is the lineage relation (extend, compacted, side_request, fork, new);
+    ``transition`` the transition kind once classified (the policy layer may refine it;
+    defaults to the relation). ``tokens`` is the local estimate of the prompt (``exact``
+    false when the tokenizer is not the model's own), ``share`` = tokens / ``window``.
+    ``usage`` is upstream's own count (ground truth), filled when the response ends.
+    """
+
+    seq: int
+    at: float
+    relation: str
+    transition: str
+    messages: int
+    new_messages: int
+    dropped: int
+    tokens: int
+    window: int | None
+    share: float | None
+    exact: bool
+    model: str | None
+    stream: bool
+    request_id: str = ""
+    usage: dict[str, int | None] | None = None
+    reply_messages: int = 0
+    reply_tokens: int | None = None
+    reply_digests: list[str] = field(default_factory=list)
+    status: str = "pending"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> TimelineEntry:
+        d = json.loads(text)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class GateEvent:
+    """Something the gate noticed or did in a conversation (compaction detected,
+    bindings dropped, warn/reinject/reject/spill/gate, tripwire...). Appended by the
+    policy layer via :meth:`proxy.gate.tracker.Tracker.add_event`.
+
+    ``details`` must be JSON-serialisable and must never carry secrets."""
+
+    seq: int
+    at: float
+    kind: str
+    action: str = "none"
+    request_seq: int | None = None
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> GateEvent:
+        d = json.loads(text)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class ConversationRecord:
+    """The tracker's state of one conversation.
+
+    ``digests``: its current history (the last request's messages, then the recorded
+    reply); ``request_len``: how many of them the last request sent. ``system_hash`` and
+    ``tools_hash`` key the system prompt and tool definitions in the blob store.
+    ``side_digests``: replies of side requests (summaries), kept for the gate.
+    """
+
+    id: str
+    tenant: str
+    namespace: str
+    created: float
+    last_seen: float
+    model: str | None = None
+    dialect: str = "plain"
+    explicit_id: str | None = None
+    explicit_source: str | None = None
+    parent_id: str | None = None
+    system_hash: str = ""
+    tools_hash: str = ""
+    digests: tuple[str, ...] = ()
+    request_len: int = 0
+    tokens: int = 0
+    window: int | None = None
+    exact: bool = False
+    seq: int = 0
+    event_seq: int = 0
+    side_digests: tuple[str, ...] = ()
+    timeline: list[TimelineEntry] = field(default_factory=list)
+    events: list[GateEvent] = field(default_factory=list)
+
+    _META = (
+        "id", "tenant", "namespace", "created", "last_seen", "model", "dialect", "explicit_id",
+        "explicit_source", "parent_id", "system_hash", "tools_hash", "request_len", "tokens",
+        "window", "exact", "seq", "event_seq",
+    )  # fmt: skip
+
+    @property
+    def share(self) -> float | None:
+        return round(self.tokens / self.window, 4) if self.window else None
+
+    def meta_json(self) -> str:
+        d = {k: getattr(self, k) for k in self._META}
+        d["side_digests"] = list(self.side_digests)
+        return json.dumps(d, separators=(",", ":"))
+
+    def digests_text(self) -> str:
+        return ",".join(self.digests)
+
+    @classmethod
+    def from_row(cls, meta: str, digests: str) -> ConversationRecord:
+        d = json.loads(meta)
+        kwargs = {k: d[k] for k in cls._META if k in d}
+        rec = cls(**kwargs)
+        rec.digests = tuple(digests.split(",")) if digests else ()
+        rec.side_digests = tuple(d.get("side_digests") or ())
+        return rec
+
+
+def message_to_json(m: Message) -> str:
+    """Compact JSON of a message (parts only; the digest is recomputed on load)."""
+    parts = [[p.kind, p.text, p.tool_name, p.tool_call_id, p.is_error, p.payload_digest] for p in m.parts]
+    return json.dumps([m.role, m.name, parts], separators=(",", ":"), ensure_ascii=False)
+
+
+def message_from_json(text: str) -> Message:
+    role, name, parts = json.loads(text)
+    return make_message(role, (Part(k, t, tn, tc, bool(e), pd) for k, t, tn, tc, e, pd in parts), name)

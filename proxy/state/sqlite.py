@@ -1,0 +1,285 @@
+"""SQLite store: the embedded default (WAL, survives restarts).
+
+All database work runs on one dedicated thread (one connection), never on the event
+loop. Writes are buffered in memory and coalesced (the last save of a conversation wins)
+and committed in batches: a flush is scheduled when the first write arrives, and writes
+made while a flush runs go to the next batch. Reads run on the same thread after
+flushing the buffer, so they see every earlier write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable, TypeVar
+
+from proxy.core.messages import Message
+from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry, message_from_json, message_to_json
+from proxy.state.store import Store
+
+__all__ = ["SQLiteStore"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SCHEMA_VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS conversations(
+    id TEXT PRIMARY KEY, last_seen REAL NOT NULL, meta TEXT NOT NULL, digests TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages(digest TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS blobs(key TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS timeline(conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY(conv, seq));
+CREATE TABLE IF NOT EXISTS events(conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY(conv, seq));
+"""
+
+#: Orphaned messages are collected at most this often (seconds) after deletions.
+GC_INTERVAL = 30.0
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.convs: dict[str, tuple[float, str, str]] = {}
+        self.messages: dict[str, Message] = {}
+        self.blobs: dict[str, str] = {}
+        self.timeline: dict[tuple[str, int], str] = {}
+        self.events: dict[tuple[str, int], str] = {}
+        self.deletes: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.convs or self.messages or self.blobs or self.timeline or self.events or self.deletes)
+
+
+class SQLiteStore(Store):
+    """``path`` is the database file (its folder is created)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._batch = _Batch()
+        self._scheduled = False
+        self._last_gc = 0.0
+        self._need_gc = False
+        self._closed = False
+        self._inflight: Future[None] | None = None
+
+    # -- thread side
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.executescript(_SCHEMA)
+        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)", (SCHEMA_VERSION,))
+        self._conn = conn
+
+    def _flush_sync(self) -> None:
+        conn = self._conn
+        with self._lock:
+            self._scheduled = False
+            if conn is None:  # not open yet: keep the batch for the first flush after open
+                return
+            batch, self._batch = self._batch, _Batch()
+        if not batch:
+            return
+        try:
+            conn.execute("BEGIN")
+            # deletions first: a conversation deleted then re-created in one batch
+            # keeps only its new rows
+            if batch.deletes:
+                ids = [(c,) for c in batch.deletes]
+                conn.executemany("DELETE FROM conversations WHERE id = ?", ids)
+                conn.executemany("DELETE FROM timeline WHERE conv = ?", ids)
+                conn.executemany("DELETE FROM events WHERE conv = ?", ids)
+                self._need_gc = True
+            if batch.messages:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO messages(digest, body) VALUES(?, ?)",
+                    [(d, message_to_json(m)) for d, m in batch.messages.items()],
+                )
+            if batch.blobs:
+                conn.executemany("INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)", list(batch.blobs.items()))
+            if batch.convs:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, ?)",
+                    [(cid, ls, meta, dg) for cid, (ls, meta, dg) in batch.convs.items()],
+                )
+            if batch.timeline:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO timeline(conv, seq, body) VALUES(?, ?, ?)",
+                    [(c, s, b) for (c, s), b in batch.timeline.items()],
+                )
+            if batch.events:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO events(conv, seq, body) VALUES(?, ?, ?)",
+                    [(c, s, b) for (c, s), b in batch.events.items()],
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            log.exception("state: SQLite write failed; batch dropped")
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if self._need_gc and time.monotonic() - self._last_gc >= GC_INTERVAL:
+            self._gc_sync()
+
+    def _gc_sync(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        self._need_gc = False
+        self._last_gc = time.monotonic()
+        live: set[str] = set()
+        for meta, digests in conn.execute("SELECT meta, digests FROM conversations"):
+            if digests:
+                live.update(digests.split(","))
+            live.update(ConversationRecord.from_row(meta, "").side_digests)
+        for (body,) in conn.execute("SELECT body FROM timeline WHERE body LIKE '%\"reply_digests\":[\"%'"):
+            live.update(TimelineEntry.from_json(body).reply_digests)
+        dead = [(d,) for (d,) in conn.execute("SELECT digest FROM messages") if d not in live]
+        if dead:
+            conn.execute("BEGIN")
+            conn.executemany("DELETE FROM messages WHERE digest = ?", dead)
+            conn.execute("COMMIT")
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        self._flush_sync()
+        return fn()
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._exec, self._run, fn)
+
+    # -- loop side
+
+    def _schedule(self) -> None:
+        # Called with self._lock held.
+        if not self._scheduled and not self._closed:
+            self._scheduled = True
+            self._inflight = self._exec.submit(self._flush_sync)
+
+    async def open(self) -> None:
+        await self._call(self._connect)
+        await self.flush()
+
+    async def flush(self) -> None:
+        await self._call(lambda: None)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+
+        def _final() -> None:
+            self._flush_sync()
+            if self._need_gc:
+                self._gc_sync()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._exec, _final)
+        self._closed = True
+        self._exec.shutdown(wait=True)
+
+    async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
+        def _load() -> list[ConversationRecord]:
+            assert self._conn is not None
+            recs: dict[str, ConversationRecord] = {}
+            for meta, digests in self._conn.execute("SELECT meta, digests FROM conversations"):
+                rec = ConversationRecord.from_row(meta, digests)
+                recs[rec.id] = rec
+            for conv, body in self._conn.execute(
+                "SELECT conv, body FROM (SELECT conv, seq, body, ROW_NUMBER() OVER "
+                "(PARTITION BY conv ORDER BY seq DESC) AS rn FROM timeline) WHERE rn <= ? ORDER BY conv, seq",
+                (max_timeline,),
+            ):
+                if conv in recs:
+                    recs[conv].timeline.append(TimelineEntry.from_json(body))
+            for conv, body in self._conn.execute("SELECT conv, body FROM events ORDER BY conv, seq"):
+                if conv in recs:
+                    recs[conv].events.append(GateEvent.from_json(body))
+            return list(recs.values())
+
+        return await self._call(_load)
+
+    async def load_messages(self, digests: Iterable[str]) -> dict[str, Message]:
+        wanted = list(dict.fromkeys(digests))
+
+        def _load() -> dict[str, Message]:
+            assert self._conn is not None
+            out: dict[str, Message] = {}
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i : i + 500]
+                q = "SELECT digest, body FROM messages WHERE digest IN (%s)" % ",".join("?" * len(chunk))
+                for d, body in self._conn.execute(q, chunk):
+                    out[d] = message_from_json(body)
+            return out
+
+        return await self._call(_load)
+
+    async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+
+        def _load() -> dict[str, str]:
+            assert self._conn is not None
+            out: dict[str, str] = {}
+            for k in wanted:
+                row = self._conn.execute("SELECT body FROM blobs WHERE key = ?", (k,)).fetchone()
+                if row is not None:
+                    out[k] = row[0]
+            return out
+
+        return await self._call(_load)
+
+    def save_conversation(self, rec: ConversationRecord) -> None:
+        row = (rec.last_seen, rec.meta_json(), rec.digests_text())
+        with self._lock:
+            self._batch.convs[rec.id] = row
+            self._schedule()
+
+    def put_messages(self, msgs: Iterable[Message]) -> None:
+        with self._lock:
+            for m in msgs:
+                self._batch.messages[m.digest] = m
+            self._schedule()
+
+    def put_blob(self, key: str, text: str) -> None:
+        with self._lock:
+            self._batch.blobs[key] = text
+            self._schedule()
+
+    def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
+        body = entry.to_json()
+        with self._lock:
+            self._batch.timeline[(conversation_id, entry.seq)] = body
+            self._schedule()
+
+    def put_event(self, conversation_id: str, event: GateEvent) -> None:
+        body = event.to_json()
+        with self._lock:
+            self._batch.events[(conversation_id, event.seq)] = body
+            self._schedule()
+
+    def delete(self, conversation_ids: Iterable[str]) -> None:
+        with self._lock:
+            for cid in conversation_ids:
+                self._batch.convs.pop(cid, None)
+                for key in [k for k in self._batch.timeline if k[0] == cid]:
+                    del self._batch.timeline[key]
+                for key in [k for k in self._batch.events if k[0] == cid]:
+                    del self._batch.events[key]
+                self._batch.deletes.add(cid)
+            self._schedule()
