@@ -1,0 +1,73 @@
+"""Wiring the gate into the aiohttp app: routes, lifecycle, and a factory from config.
+
+``build_gate(config)`` makes the tracker (state store from ``config.state``), the policy
+holder (``config.policy``: preset name or file) and the :class:`GateInterceptor`;
+``install_gate(app, gate)`` adds ``GET /gate/events``, ``GET /gate/spill/{handle}`` and
+``GET /gate/policy`` and ties the tracker and the policy watcher (file change + SIGHUP)
+to the app's lifecycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from aiohttp import web
+
+from ..policy import PolicyHolder
+from . import events as events_mod
+from . import spill as spill_mod
+from .interceptor import GateInterceptor
+
+GATE_KEY: web.AppKey[GateInterceptor] = web.AppKey("compaction_gate.gate", GateInterceptor)
+
+
+async def policy_info(request: web.Request) -> web.Response:
+    holder = request.app[GATE_KEY].policies
+    return web.json_response(
+        {
+            "policy": holder.policy.describe(),
+            "generation": holder.generation,
+            "last_error": holder.last_error,
+        }
+    )
+
+
+def install_gate(app: web.Application, gate: GateInterceptor, *, watch: bool = True, interval: float = 1.0) -> None:
+    app[GATE_KEY] = gate
+    events_mod.add_routes(app, gate.events)
+    spill_mod.add_routes(app, gate.spill)
+    app.router.add_get("/gate/policy", policy_info)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        start = getattr(gate.tracker, "start", None)
+        if start is not None:
+            await start()
+        if watch:
+            gate.policies.start(interval=interval)
+        yield
+        await gate.policies.stop()
+        close = getattr(gate.tracker, "close", None)
+        if close is not None:
+            await close()
+
+    app.cleanup_ctx.append(lifecycle)
+
+
+def build_tracker(config: Any) -> Any:
+    from ..state.memory import MemoryStore
+    from .tracker import Tracker, TrackerConfig
+
+    state = config.state
+    if state.backend == "sqlite":
+        from ..state.sqlite import SQLiteStore
+
+        store: Any = SQLiteStore(state.path)
+    else:
+        store = MemoryStore()
+    return Tracker(store, TrackerConfig(ttl_seconds=float(state.ttl_seconds), max_conversations=state.max_conversations))
+
+
+def build_gate(config: Any, *, tracker: Any | None = None) -> GateInterceptor:
+    """Raises :class:`proxy.yamlconf.ConfigError` (file:line) for a bad policy."""
+    holder = PolicyHolder(config.policy)
+    return GateInterceptor(tracker if tracker is not None else build_tracker(config), holder)
