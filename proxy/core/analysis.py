@@ -1,0 +1,184 @@
+"""One transition, fully judged: kind, identifier diff, signals, verdict.
+
+:func:`analyze` is what the proxy (on every request), ``compaction-gate check`` and the
+replay tool call. The invariant (DESIGN §2): a transition is ``safe`` iff every required
+binding — non-regenerable, non-sensitive, needed by an open obligation — survives
+verbatim in what the model will see; otherwise it is ``destructive``. Altered values
+(a truncated SHA, a path made relative) do not count as surviving.
+
+Cost: an ``append`` (the common case) compares message digests and reads the last user
+message for a summarize instruction — no identifier extraction, no text diff. Only a
+transition that lost content extracts identifiers; callers that cache per-message
+extraction pass ``before_identifiers`` / ``after_identifiers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+from .diff import LostBinding, VisibleText, diff_identifiers
+from .identifiers.model import SYSTEM_INDEX, Identifier
+from .markers import NO_MARKERS, Markers
+from .messages import Snapshot
+from .signals import (
+    NextActionSignal,
+    Obligation,
+    ObligationRule,
+    Signals,
+    TokenCounter,
+    default_obligations,
+    density_signal,
+    obligation_signal,
+    quiet_signals,
+    required_norms,
+)
+from .transition import SummarizeRequest, Transition, classify, detect_summarize_request
+
+Verdict = Literal["safe", "destructive"]
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """The judged transition. ``dropped`` / ``altered`` list every lost identifier that
+    did not survive verbatim (required ones first); the verdict depends only on the
+    ``required`` ones."""
+
+    verdict: Verdict
+    transition: Transition
+    agent: str | None
+    dropped: tuple[LostBinding, ...]
+    altered: tuple[LostBinding, ...]
+    survived: int
+    signals: Signals
+    obligations: tuple[Obligation, ...] = ()
+    summarize_request: SummarizeRequest | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.transition.kind
+
+    @property
+    def lost_region(self) -> tuple[int, ...]:
+        return self.transition.lost_region
+
+    @property
+    def required_missing(self) -> tuple[LostBinding, ...]:
+        """The bindings that make the verdict destructive (dropped, then altered)."""
+        return tuple(b for b in self.dropped + self.altered if b.required)
+
+    @property
+    def destructive(self) -> bool:
+        return self.verdict == "destructive"
+
+    def to_json(self) -> dict[str, Any]:
+        sr = self.summarize_request
+        return {
+            "verdict": self.verdict,
+            "transition": self.transition.kind,
+            "agent": self.agent,
+            "dropped": [b.to_json() for b in self.dropped],
+            "altered": [b.to_json() for b in self.altered],
+            "survived": self.survived,
+            "signals": self.signals.to_json(),
+            "obligations": [o.to_json() for o in self.obligations],
+            "lost_region": list(self.lost_region),
+            "transition_detail": self.transition.to_json(),
+            "summarize_request": None
+            if sr is None
+            else {
+                "agent": sr.agent,
+                "reason": sr.reason,
+                "message_index": sr.message_index,
+                "history_in_text": sr.history_in_text,
+            },
+        }
+
+
+def _extract(snapshot: Snapshot, catalog: object | None) -> list[Identifier]:
+    from .identifiers.extract import extract_snapshot  # the identifier layer
+
+    return list(extract_snapshot(snapshot, catalog))
+
+
+def analyze(
+    before: Snapshot,
+    after: Snapshot,
+    *,
+    markers: Markers = NO_MARKERS,
+    catalog: object | None = None,
+    obligation_rule: ObligationRule = default_obligations,
+    before_identifiers: Sequence[Identifier] | None = None,
+    after_identifiers: Sequence[Identifier] | None = None,
+    transition: Transition | None = None,
+    lenient_last_reply: bool = True,
+    token_counter: tuple[str, TokenCounter] | None = None,
+) -> Analysis:
+    """Judge the transition from history ``before`` to request ``after``.
+
+    ``catalog`` is passed to the identifier layer; ``before_identifiers`` /
+    ``after_identifiers`` skip extraction when the caller has them (cached per message);
+    ``transition`` skips classification; ``token_counter`` is ``(name, count)`` for the
+    prose side of the density signal.
+    """
+    t = transition or classify(before, after, markers, lenient_last_reply=lenient_last_reply)
+    sreq = detect_summarize_request(after, markers)
+    agent = t.agent or (sreq.agent if sreq else None)
+
+    lost_idx = set(t.lost_region)
+    if t.kind == "reset" or not lost_idx:
+        # Append (the hot path) or a new task: nothing to diff. A system prompt rewritten
+        # on an append (Letta's memory blocks) is flagged in the transition, not diffed.
+        return Analysis("safe", t, agent, (), (), 0, quiet_signals(), (), sreq)
+    if t.system_changed:
+        # The old system prompt is part of what changed: its identifiers are diffed too
+        # (the default obligation rule never requires them).
+        lost_idx.add(SYSTEM_INDEX)
+
+    before_ids = list(before_identifiers) if before_identifiers is not None else _extract(before, catalog)
+    after_ids = list(after_identifiers) if after_identifiers is not None else _extract(after, catalog)
+    lost_ids = [i for i in before_ids if i.source.message_index in lost_idx]
+
+    visible = VisibleText(after.visible_text(), after_ids)
+    d = diff_identifiers(lost_ids, visible)
+
+    obligations = tuple(obligation_rule(before_ids, before))
+    required = required_norms(obligations)
+
+    def mark(b: LostBinding) -> LostBinding:
+        return dataclasses.replace(b, required=(b.norm in required and not b.sensitive))
+
+    by_req = lambda b: (not b.required, b.regenerable, b.source.message_index, b.value)  # noqa: E731
+    dropped = tuple(sorted((mark(b) for b in d.dropped), key=by_req))
+    altered = tuple(sorted((mark(b) for b in d.altered), key=by_req))
+    missing = frozenset(b.norm for b in dropped + altered)
+
+    # Signal 1: what went away vs what replaced it.
+    old_msgs, new_msgs = before.messages, after.messages
+    lost_text = "\n".join(old_msgs[i].text for i in sorted(lost_idx) if i >= 0)
+    if SYSTEM_INDEX in lost_idx:
+        lost_text = before.system + "\n" + lost_text
+    repl_idx = set(t.summary) | set(t.inserted) | {c.new_index for c in t.changed}
+    replacing_text = "\n".join(new_msgs[j].text for j in sorted(repl_idx))
+    if t.system_changed:
+        replacing_text = after.system + "\n" + replacing_text
+    density = density_signal(d, lost_text, replacing_text, (i.value for i in before_ids), token_counter)
+
+    # Signal 3: input for the tripwire.
+    hard = [b for b in dropped + altered if not b.regenerable and not b.sensitive]
+    expected: dict[str, tuple[str, ...]] = {}
+    for b in hard:
+        expected[b.kind] = expected.get(b.kind, ()) + (b.value,)
+    next_action = NextActionSignal(
+        dropped_kinds=frozenset(b.kind for b in hard),
+        expected_by_kind=expected,
+        known_norms=frozenset(i.norm for i in before_ids) | frozenset(i.norm for i in after_ids),
+    )
+
+    signals = Signals(density, obligation_signal(obligations, missing), next_action)
+    verdict: Verdict = "destructive" if any(b.required for b in dropped + altered) else "safe"
+    return Analysis(verdict, t, agent, dropped, altered, d.survived, signals, obligations, sreq)
+
+
+__all__ = ["Analysis", "Verdict", "analyze"]

@@ -1,0 +1,286 @@
+"""The identifier diff: which identifiers of the lost region the model can still see.
+
+Input: the identifiers found in the lost region (old messages gone, or the old side of
+masked / edited ones) and everything the model will see after the transition (the new
+snapshot's identifiers and its visible text: system prompt, messages, tool definitions).
+
+Survival, per distinct lost identifier (one entry per normalised value):
+
+1. **survived** — its ``norm`` is among the new identifiers' norms, or its value occurs
+   verbatim in the new text on token boundaries (hex case folded), or it is a short hex
+   prefix (short SHA) of a longer hex token that does occur (a prefix alias);
+2. **altered** — not verbatim, but a damaged form is there: a hex token that is a
+   truncation of it (a full SHA cut to 7 characters), or a relative path that is a suffix
+   of an absolute one. Altered never counts as surviving;
+3. **dropped** — otherwise.
+
+Sensitive identifiers (secrets) are never shown in clear (``value`` is redacted) and are
+never required bindings. Pure; the cost is one lowercase copy of the new text plus a
+substring search per lost identifier.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
+
+from .identifiers.model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Source, redact
+from .identifiers.normalize import HEX_KINDS, find_altered_in_text, relation
+
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+_ALNUM = re.compile(r"[A-Za-z0-9]")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """Where a lost identifier came from, for people and for events."""
+
+    message_index: int
+    role: str
+    origin: str
+    tool_name: str | None = None
+    command: str | None = None
+    mutating: bool | None = None
+
+    @classmethod
+    def of(cls, s: Source) -> "SourceRef":
+        return cls(s.message_index, s.role, s.origin, s.tool_name, s.command, s.mutating)
+
+    def describe(self) -> str:
+        """E.g. ``tool result of bash `alembic upgrade head` at message 4``."""
+        if self.message_index == SYSTEM_INDEX:
+            where = "the system prompt"
+        elif self.message_index == TOOLS_INDEX:
+            where = "the tool definitions"
+        else:
+            where = f"message {self.message_index}"
+        if self.origin in ("tool_result", "tool_call"):
+            what = "tool result" if self.origin == "tool_result" else "tool call"
+            tool = self.tool_name or "a tool"
+            cmd = f" `{_short(self.command)}`" if self.command else ""
+            return f"{what} of {tool}{cmd} at {where}"
+        if self.message_index in (SYSTEM_INDEX, TOOLS_INDEX):
+            return where
+        return f"{self.origin} text at {where}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "message_index": self.message_index,
+            "role": self.role,
+            "origin": self.origin,
+            "tool": self.tool_name,
+            "command": self.command,
+            "mutating": self.mutating,
+        }
+
+
+def _short(text: str, n: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class LostBinding:
+    """One distinct identifier of the lost region that did not survive verbatim.
+
+    ``value`` is safe to show: redacted when ``sensitive``. ``required`` is set by the
+    analysis (an open obligation needs it); ``altered_to`` is the damaged form the model
+    still sees when ``status == "altered"``.
+    """
+
+    value: str
+    norm: str
+    kind: str
+    regenerable: bool
+    sensitive: bool
+    source: SourceRef
+    detector: str
+    status: Literal["dropped", "altered"] = "dropped"
+    altered_to: str | None = None
+    required: bool = False
+    #: Every message index of the lost region where the value appeared.
+    seen_at: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "value": self.value,
+            "kind": self.kind,
+            "regenerable": self.regenerable,
+            "required": self.required,
+            "sensitive": self.sensitive,
+            "status": self.status,
+            "source": self.source.to_json(),
+            "where": self.source.describe(),
+        }
+        if self.altered_to is not None:
+            out["altered_to"] = self.altered_to
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class IdentifierDiff:
+    dropped: tuple[LostBinding, ...]
+    altered: tuple[LostBinding, ...]
+    #: Distinct lost identifiers that survive verbatim (or as a prefix alias).
+    survived: int
+    #: Distinct identifiers in the lost region (``survived + len(dropped) + len(altered)``).
+    considered: int
+
+
+# --------------------------------------------------------------------------- survival
+
+
+class VisibleText:
+    """The text the model will see, prepared once for many lookups."""
+
+    def __init__(self, text: str, identifiers: Iterable[Identifier] = ()) -> None:
+        ids = list(identifiers)
+        self.text = text
+        self.lower = text.lower()
+        self.norms: frozenset[tuple[str, str]] = frozenset(i.key for i in ids)
+        self.plain_norms: frozenset[str] = frozenset(n for _, n in self.norms)
+        self._by_kind: dict[str, list[Identifier]] = {}
+        for i in ids:
+            if not i.sensitive:
+                self._by_kind.setdefault(i.kind, []).append(i)
+        self._hex_tokens: list[str] | None = None
+
+    def of_kind(self, kind: str) -> list[Identifier]:
+        """Visible (non-sensitive) identifiers of one kind."""
+        return self._by_kind.get(kind, [])
+
+    def hex_tokens(self) -> list[str]:
+        if self._hex_tokens is None:
+            self._hex_tokens = re.findall(r"(?<![0-9a-z])[0-9a-f]{7,64}(?![0-9a-z])", self.lower)
+        return self._hex_tokens
+
+    def contains(self, value: str, case_insensitive: bool) -> bool:
+        """``value`` occurs verbatim with no letter or digit glued on either side."""
+        hay = self.lower if case_insensitive else self.text
+        needle = value.lower() if case_insensitive else value
+        if not needle:
+            return False
+        start = 0
+        while True:
+            i = hay.find(needle, start)
+            if i < 0:
+                return False
+            j = i + len(needle)
+            before_ok = i == 0 or not _ALNUM.match(hay[i - 1]) or not _ALNUM.match(needle[0])
+            after_ok = j == len(hay) or not _ALNUM.match(hay[j]) or not _ALNUM.match(needle[-1])
+            if before_ok and after_ok:
+                return True
+            start = i + 1
+
+    def prefix_alias(self, value: str) -> bool:
+        """A short hex id that is the prefix of a longer hex token that is visible."""
+        v = value.lower()
+        if not (7 <= len(v) < 64 and _HEX.match(v)):
+            return False
+        return re.search(r"(?<![0-9a-z])" + re.escape(v) + r"[0-9a-f]+(?![0-9a-z])", self.lower) is not None
+
+
+def _is_hexish(ident: Identifier) -> bool:
+    return ident.kind in HEX_KINDS or bool(_HEX.match(ident.value)) or ident.norm == ident.value.lower()
+
+
+def survives(ident: Identifier, visible: VisibleText) -> bool:
+    """Whether the model can still see ``ident`` verbatim or as an alias (a short SHA of a
+    visible full one, a relative path that a visible absolute path ends with)."""
+    if ident.norm in visible.plain_norms:
+        return True
+    if ident.sensitive:
+        return visible.contains(ident.value, case_insensitive=False)
+    if visible.contains(ident.value, case_insensitive=_is_hexish(ident)):
+        return True
+    if visible.prefix_alias(ident.value):
+        return True
+    return any(relation(ident.norm, other.norm, ident.kind) == "alias" for other in visible.of_kind(ident.kind))
+
+
+def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
+    """The damaged form of ``ident`` the model sees instead, if any (never for secrets):
+    a truncated or elided SHA, an absolute path made relative, a one-character typo."""
+    if ident.sensitive:
+        return None
+    for other in visible.of_kind(ident.kind):
+        if relation(ident.norm, other.norm, ident.kind) == "altered":
+            return other.value
+    frag = find_altered_in_text(ident.norm, ident.kind, visible.text)
+    if frag is not None:
+        return frag
+    v = ident.value
+    if _HEX.match(v) and len(v) >= 12:  # a truncated hex id detected under another kind
+        lv = v.lower()
+        best = None
+        for tok in visible.hex_tokens():
+            if tok != lv and len(tok) >= 7 and lv.startswith(tok) and (best is None or len(tok) > len(best)):
+                best = tok
+        if best is not None:
+            return best
+    return None
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _rank(i: Identifier) -> tuple[int, int, int]:
+    """Pick the representative occurrence: non-regenerable tool results first."""
+    return (0 if not i.regenerable else 1, 0 if i.source.origin == "tool_result" else 1, i.source.message_index)
+
+
+def group_by_norm(identifiers: Iterable[Identifier]) -> dict[tuple[str, str], list[Identifier]]:
+    groups: dict[tuple[str, str], list[Identifier]] = {}
+    for i in identifiers:
+        groups.setdefault(i.key, []).append(i)
+    return groups
+
+
+def _merge_kinds(groups: dict[tuple[str, str], list[Identifier]]) -> dict[str, list[Identifier]]:
+    """One entry per normalised value even when two detectors gave it different kinds."""
+    by_norm: dict[str, list[Identifier]] = {}
+    for (_, norm), occ in groups.items():
+        by_norm.setdefault(norm, []).extend(occ)
+    return by_norm
+
+
+def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> IdentifierDiff:
+    """Diff the lost region's identifiers against what stays visible (see module doc).
+
+    An identifier is non-regenerable if *any* of its lost occurrences is: a value that
+    was once returned by a mutating call stays a binding even if later listed again.
+    """
+    dropped: list[LostBinding] = []
+    altered: list[LostBinding] = []
+    survived = 0
+    by_norm = _merge_kinds(group_by_norm(lost))
+    for norm, occ in by_norm.items():
+        occ.sort(key=_rank)
+        rep = occ[0]
+        if any(survives(i, visible) for i in occ):
+            survived += 1
+            continue
+        regenerable = all(i.regenerable for i in occ)
+        sensitive = any(i.sensitive for i in occ)
+        to = altered_form(rep, visible)
+        entry = LostBinding(
+            value=redact(rep.value) if sensitive else rep.value,
+            norm=rep.norm,
+            kind=rep.kind,
+            regenerable=regenerable,
+            sensitive=sensitive,
+            source=SourceRef.of(rep.source),
+            detector=rep.detector,
+            status="altered" if to is not None else "dropped",
+            altered_to=to,
+            seen_at=tuple(sorted({i.source.message_index for i in occ})),
+        )
+        (altered if to is not None else dropped).append(entry)
+    order = lambda b: (b.regenerable, b.source.message_index, b.value)  # noqa: E731
+    return IdentifierDiff(
+        dropped=tuple(sorted(dropped, key=order)),
+        altered=tuple(sorted(altered, key=order)),
+        survived=survived,
+        considered=len(by_norm),
+    )
