@@ -434,7 +434,7 @@ class FakeUpstream:
         rec = RecordedRequest(
             method=request.method,
             path=path,
-            query=request.query_string,
+            query=request.rel_url.raw_query_string,
             headers=CIMultiDictProxy(CIMultiDict(headers)),
             body=body,
             json=parsed,
@@ -459,7 +459,7 @@ class FakeUpstream:
             if fault.drop_connection:
                 if request.transport is not None:
                     request.transport.close()
-                raise ConnectionResetError("fault: dropped connection")
+                return web.Response()  # never delivered: the socket is already closed
             if fault.status is not None:
                 return self._fault_response(rec, fault)
         ids = _Ids(rec)
@@ -561,7 +561,7 @@ def _kind_of(method: str, path: str) -> str:
     p = path.rstrip("/")
     if p.startswith("/v1/echo"):
         return "echo"
-    if method == "GET" and (p == "/v1/models" or p.startswith("/v1/models/")):
+    if method in ("GET", "HEAD") and (p == "/v1/models" or p.startswith("/v1/models/")):
         return "models"
     table = {
         "/v1/chat/completions": "chat",
