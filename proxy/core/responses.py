@@ -105,7 +105,7 @@ def _responses_output(output: Any) -> tuple[Message, ...]:
 def reply_from_json(api: str, body: Any) -> Reply | None:
     """The reply in a complete (non-streamed) response body of ``api``; ``None`` for an
     error body or anything else without an assistant turn."""
-    if not isinstance(body, Mapping) or "error" in body and body.get("type") != "message":
+    if not isinstance(body, Mapping) or (body.get("error") and body.get("type") != "message"):
         return None
     model = body.get("model") if isinstance(body.get("model"), str) else None
     if api == "chat":

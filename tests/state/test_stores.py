@@ -1,0 +1,105 @@
+"""State stores: round trips, restart, deletion and garbage collection, batching."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from proxy.core.messages import Part, make_message, text_message
+from proxy.state import ConversationRecord, GateEvent, MemoryStore, SQLiteStore, Store, TimelineEntry
+
+
+def _rec(cid: str, digests: tuple[str, ...]) -> ConversationRecord:
+    return ConversationRecord(id=cid, tenant="t1", namespace="t1", created=1.0, last_seen=2.0, model="gpt-4o",
+                              digests=digests, request_len=len(digests), tokens=42, window=128000, seq=1)
+
+
+def _entry(seq: int) -> TimelineEntry:
+    return TimelineEntry(seq=seq, at=3.0, relation="new", transition="new", messages=2, new_messages=2, dropped=0,
+                         tokens=42, window=128000, share=0.0003, exact=True, model="gpt-4o", stream=False)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    s: Store = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
+    await s.open()
+    yield s  # type: ignore[misc]
+    await s.close()
+
+
+async def test_round_trip(store: Store) -> None:
+    m1 = text_message("user", "hello")
+    m2 = make_message("assistant", (Part("tool_call", '{"a":1}', tool_name="f", tool_call_id="c1"),))
+    m3 = make_message("tool", (Part("tool_result", "out", tool_call_id="c1", is_error=True),))
+    store.put_messages([m1, m2, m3])
+    store.put_blob("sys", "be careful")
+    rec = _rec("c1", (m1.digest, m2.digest, m3.digest))
+    store.save_conversation(rec)
+    store.put_timeline("c1", _entry(1))
+    store.put_event("c1", GateEvent(1, 4.0, "compaction", "warn", 1, "dropped 1", {"dropped": [{"value": "x"}]}))
+    [got] = await store.load()
+    assert got.id == "c1" and got.digests == rec.digests and got.tokens == 42 and got.window == 128000
+    assert got.timeline == [_entry(1)]
+    assert got.events[0].details == {"dropped": [{"value": "x"}]}
+    msgs = await store.load_messages(rec.digests)
+    assert [msgs[d] for d in rec.digests] == [m1, m2, m3]
+    assert all(msgs[d].digest == d for d in rec.digests)
+    assert await store.load_blobs(["sys", "nope"]) == {"sys": "be careful"}
+
+
+async def test_delete_collects_orphan_messages(store: Store) -> None:
+    shared, own = text_message("user", "shared"), text_message("user", "own")
+    store.put_messages([shared, own])
+    store.save_conversation(_rec("a", (shared.digest, own.digest)))
+    store.save_conversation(_rec("b", (shared.digest,)))
+    store.put_timeline("a", _entry(1))
+    store.delete(["a"])
+    if isinstance(store, SQLiteStore):
+        await store.flush()
+        await store._call(store._gc_sync)  # noqa: SLF001
+    else:
+        store.collect_garbage()
+    assert [r.id for r in await store.load()] == ["b"]
+    assert set(await store.load_messages([shared.digest, own.digest])) == {shared.digest}
+
+
+async def test_sqlite_survives_restart_and_batches(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "gate.db"
+    s = SQLiteStore(path)
+    await s.open()
+    msgs = [text_message("user", f"m{i}") for i in range(300)]
+    for i in range(300):  # many small writes, coalesced into few transactions
+        s.put_messages([msgs[i]])
+        s.save_conversation(_rec("c", tuple(m.digest for m in msgs[: i + 1])))
+        s.put_timeline("c", _entry(i + 1))
+    await s.close()
+    s2 = SQLiteStore(path)
+    await s2.open()
+    [rec] = await s2.load(max_timeline=10)
+    assert len(rec.digests) == 300 and [e.seq for e in rec.timeline] == list(range(291, 301))
+    assert len(await s2.load_messages(rec.digests)) == 300
+    journal = s2._conn.execute("PRAGMA journal_mode").fetchone()[0]  # noqa: SLF001
+    assert journal == "wal"
+    await s2.close()
+
+
+async def test_sqlite_reads_see_pending_writes_and_never_block_the_loop(tmp_path: Path) -> None:
+    s = SQLiteStore(tmp_path / "x.db")
+    await s.open()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    t = asyncio.create_task(ticker())
+    for i in range(200):
+        s.put_blob(f"k{i}", "v" * 10_000)
+    got = await s.load_blobs([f"k{i}" for i in range(200)])
+    t.cancel()
+    assert len(got) == 200 and ticks > 0
+    await s.close()
