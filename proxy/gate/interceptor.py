@@ -83,23 +83,26 @@ def policy_catalog(policy: Policy) -> object | None:
     (``None`` = the built-in default when the policy changes nothing)."""
     if not (policy.detector_rules or policy.disabled or policy.allowlist):
         return None
-    from ..core.identifiers import catalog as cat_mod  # type: ignore[attr-defined]
+    from ..core.identifiers.catalog import Catalog
 
-    rules = [
-        {
+    rules: list[dict[str, Any]] = []
+    for r in policy.detector_rules:
+        rule: dict[str, Any] = {
             "id": r.id,
             "kind": r.kind,
             "pattern": r.pattern.pattern,
             "regenerable": r.regenerable,
             "sensitive": r.sensitive,
-            "keywords": list(r.keywords),
             "examples": list(r.examples),
             "negative_examples": list(r.negative_examples),
         }
-        for r in policy.detector_rules
-    ]
-    return cat_mod.Catalog.build(
-        extra_rules=rules, disabled=sorted(policy.disabled), allowlist=[p.pattern for p in policy.allowlist]
+        if r.pattern.groups == 1:
+            rule["group"] = 1
+        if r.keywords:
+            rule["context"] = {"boost": list(r.keywords)}
+        rules.append(rule)
+    return Catalog.build(
+        extra_rules=rules, disabled=sorted(policy.disabled), allowlist=list(policy.allowlist), origin=policy.source
     )
 
 

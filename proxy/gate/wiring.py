@@ -32,23 +32,35 @@ async def policy_info(request: web.Request) -> web.Response:
     )
 
 
-def install_gate(app: web.Application, gate: GateInterceptor, *, watch: bool = True, interval: float = 1.0) -> None:
+def install_gate(
+    app: web.Application,
+    gate: GateInterceptor,
+    *,
+    watch: bool = True,
+    interval: float = 1.0,
+    conversations_api: bool = True,
+) -> None:
+    """Register the gate's routes and lifecycle on ``app``. With ``conversations_api``
+    the tracker's ``/gate/conversations`` API is added too (it owns the tracker's
+    start/close); ``/gate/events`` is always the gate's decision log."""
     app[GATE_KEY] = gate
+    if conversations_api:
+        from .api import add_gate_routes
+
+        add_gate_routes(app, gate.tracker, events=False)
     events_mod.add_routes(app, gate.events)
     spill_mod.add_routes(app, gate.spill)
     app.router.add_get("/gate/policy", policy_info)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        start = getattr(gate.tracker, "start", None)
-        if start is not None:
-            await start()
+        if not conversations_api:
+            await gate.tracker.start()
         if watch:
             gate.policies.start(interval=interval)
         yield
         await gate.policies.stop()
-        close = getattr(gate.tracker, "close", None)
-        if close is not None:
-            await close()
+        if not conversations_api:
+            await gate.tracker.close()
 
     app.cleanup_ctx.append(lifecycle)
 
