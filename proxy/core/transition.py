@@ -419,7 +419,10 @@ def _classify_general(
         a = markers.continuation_agent(fold(m.text), m.role) if markers.agents else None
         if a:
             note_agent(a, "continuation")
-        if a or (len(m.text) > len(o.text) and looks_like_summary(m.text, lost_text, markers)):
+        # Without a marker, a rewrite in place is a summary only when it grew a lot
+        # (it now carries more than the message it replaced); otherwise it is an edit.
+        grew = len(m.text) >= 2 * len(o.text) + 80
+        if a or (grew and looks_like_summary(m.text, lost_text, markers)):
             lost.append(ch.old_index)
             summary.append(ch.new_index)
         else:

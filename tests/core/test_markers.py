@@ -1,0 +1,116 @@
+"""Agent markers: data in policies/agents.yaml, compiled to a frozen object."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from proxy.core.markers import (
+    DEFAULT_MARKERS_PATH,
+    NO_MARKERS,
+    Markers,
+    MarkersError,
+    default_markers,
+    fold,
+    load_markers,
+    parse_markers_yaml,
+)
+
+DESIGN_AGENTS = ("claude_code", "codex", "langchain", "openhands", "aider", "letta", "cline", "goose")
+
+
+def test_shipped_file_has_every_agent_of_design_section_5() -> None:
+    m = load_markers(DEFAULT_MARKERS_PATH)
+    assert tuple(a.name for a in m.agents) == DESIGN_AGENTS
+    for a in m.agents:
+        assert a.summarize_request, a.name
+        assert a.continuation, a.name
+    assert m.summarize_words and m.transcript_labels
+
+
+def test_markers_are_frozen() -> None:
+    m = default_markers()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.agents = ()  # type: ignore[misc]
+    assert default_markers() is m  # loaded once
+
+
+@pytest.mark.parametrize(
+    "text, where, agent",
+    [
+        ("Your task is to create a detailed summary of the conversation so far, paying…", "user", "claude_code"),
+        ("You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff", "user", "codex"),
+        ("<role>Context Extraction Assistant</role>\n<primary_objective>", "user", "langchain"),
+        ("You are maintaining a context-aware state summary for an interactive agent", "user", "openhands"),
+        ("*Briefly* summarize this partial conversation about programming.", "system", "aider"),
+        ("The following messages are being evicted from the BEGINNING of your context window.", "user", "letta"),
+        ('<explicit_instructions type="summarize_task">', "user", "cline"),
+        ("Please summarize the conversation history provided in the system prompt.", "user", "goose"),
+    ],
+)
+def test_summarize_request_markers(text: str, where: str, agent: str) -> None:
+    assert default_markers().summarize_request_agent(fold(text), where) == agent
+
+
+@pytest.mark.parametrize(
+    "text, where, agent",
+    [
+        ("This session is being continued from a previous conversation that ran out of context. The", "user", "claude_code"),
+        ("This session is being continued from a previous conversation that ran out of context. The", "tool", "cline"),
+        ("Another language model started to solve this problem and produced a summary", "user", "codex"),
+        ("Here is a summary of the conversation to date:\n\nGoal", "user", "langchain"),
+        ("I spoke to you previously about a number of things.\nGoal", "user", "aider"),
+        ('{\n  "type": "system_alert",\n  "message": "Note: prior messages', "user", "letta"),
+        ("Your context was compacted. The previous conversation", "assistant", "goose"),
+        ("Your context was compacted. The previous conversation", "user", None),
+        ("Nothing to see here", "user", None),
+    ],
+)
+def test_continuation_markers_respect_where(text: str, where: str, agent: str | None) -> None:
+    assert default_markers().continuation_agent(fold(text), where) == agent
+
+
+def test_placeholders() -> None:
+    m = default_markers()
+    assert m.placeholder_agent(fold("[Old tool result content cleared]")) == (True, "claude_code")
+    assert m.placeholder_agent(fold("<MASKED>")) == (True, "openhands")
+    assert m.placeholder_agent(fold("[omitted]")) == (True, None)
+    assert m.placeholder_agent(fold("total 12\ndrwxr-xr-x")) == (False, None)
+
+
+def test_fold_collapses_whitespace_and_case() -> None:
+    assert fold("  Here   IS\n a\tSummary ") == "here is a summary"
+
+
+def test_no_markers_matches_nothing() -> None:
+    assert NO_MARKERS.summarize_request_agent("your task is to create a detailed summary") is None
+    assert NO_MARKERS.continuation_agent("this session is being continued") is None
+    assert NO_MARKERS.placeholder_agent("<masked>") == (False, None)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("agents:\n  x:\n    bogus: 1\n", "f.yaml:3: agents.x.bogus: unknown key 'bogus'"),
+        ("version: 2\n", "f.yaml:1: version: unsupported version 2"),
+        ("agents:\n  x:\n    continuation:\n      - text: hi\n        in: [robot]\n", "f.yaml:5: agents.x.continuation.0.in"),
+        ("agents:\n  x:\n    continuation: [\"\"]\n", "f.yaml:3: agents.x.continuation.0: marker text must be a non-empty string"),
+        ("agents:\n  Bad-Name:\n    display: x\n", "f.yaml:2: agents.Bad-Name: agent names are lower_snake_case"),
+        ("generic:\n  summarize_words: [1, 2]\n", "f.yaml:2: generic.summarize_words: expected a list"),
+        ("agents: [\n", "f.yaml"),
+    ],
+)
+def test_bad_files_name_file_and_line(text: str, message: str) -> None:
+    with pytest.raises(MarkersError) as exc:
+        parse_markers_yaml(text, "f.yaml")
+    assert str(exc.value).startswith(message)
+
+
+def test_custom_file_extends_nothing_but_itself(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "m.yaml"
+    p.write_text('agents:\n  myagent:\n    continuation: ["CONTEXT RESET NOTE"]\n', encoding="utf-8")
+    m = load_markers(p)
+    assert isinstance(m, Markers)
+    assert m.continuation_agent(fold("context reset note: we did x")) == "myagent"
+    assert m.summarize_request_agent(fold("Your task is to create a detailed summary")) is None
