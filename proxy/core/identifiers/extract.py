@@ -1,0 +1,513 @@
+"""Identifier extraction over text and whole snapshots (pure, no I/O).
+
+Pipeline for one text (:func:`scan_text`):
+
+1. **Prefilter**: a rule runs only if one of its literal ``anchors`` occurs in the
+   lower-cased text or in the source context (tool name + command line); rules whose
+   required context is text-scoped are skipped when the keyword is absent.
+2. **Find**: each rule's compiled pattern (``finditer``); the value is its ``id`` group,
+   trimmed of trailing punctuation and quotes.
+3. **Exclude**: required context keywords near the match (or in the producing command),
+   the rule's validators, its filters, the catalog allowlist.
+4. **Resolve overlaps**: higher ``priority`` wins, then the longer match; a locator rule
+   (``nests: true``: paths, URLs, S3 URIs) may strictly contain more specific matches and
+   both are kept (a composite such as a Kafka topic-partition-offset, a GTID or an ARN
+   swallows its parts). A locator containing a secret becomes sensitive.
+5. **Normalise** (:func:`.normalize.normalize`, or the rule's ``norm`` template) and cut
+   a one-line context snippet with every secret in it redacted.
+
+:func:`extract_snapshot` scans the system prompt, every textual part and the tool
+definitions, links each tool result to its call (by ``tool_call_id``, else the nearest
+preceding unanswered call with the same tool name, else the oldest unanswered call), and
+applies :func:`.regen.mark_regenerability` (including read-before-write).
+
+Scans are cached (LRU) by (message digest, part index, source context, catalog
+fingerprint), so every message is scanned once across requests; offsets are within the
+part text, and message indices are re-bound on every call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Sequence
+
+from proxy.core.messages import TEXTUAL_KINDS, Message, Part, Snapshot
+
+from .catalog import Catalog, Rule
+from .commands import CallClass, classify_call
+from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Origin, Source, redact
+from .normalize import normalize, trim_value
+from .regen import CallRecord, RegenPolicy, default_regenerable, mark_regenerability
+
+__all__ = [
+    "Match",
+    "ScanCache",
+    "DEFAULT_CACHE",
+    "scan_text",
+    "extract_text",
+    "extract_snapshot",
+    "snapshot_calls",
+]
+
+_SNIPPET = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A source-independent detection inside one text (what the cache stores)."""
+
+    rule_id: str
+    kind: str
+    value: str
+    norm: str
+    start: int
+    end: int
+    sensitive: bool
+    rule_regenerable: bool
+    context: str
+
+
+class ScanCache:
+    """A small thread-safe LRU of scan results (bounded number of entries)."""
+
+    def __init__(self, max_entries: int = 8192) -> None:
+        self._max = max_entries
+        self._data: OrderedDict[Hashable, object] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> object | None:
+        with self._lock:
+            v = self._data.get(key)
+            if v is None:
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return v
+
+    def put(self, key: Hashable, value: object) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self._max:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+#: Process-wide default cache (pure memoisation; safe to share).
+DEFAULT_CACHE = ScanCache()
+
+
+# --------------------------------------------------------------------------- scanning
+
+
+@dataclass(slots=True)
+class _Cand:
+    rule: Rule
+    start: int
+    end: int
+    value: str
+    norm_groups: dict[str, str] | None
+
+
+def _context_ok(rule: Rule, text: str, start: int, end: int, src_ctx: str) -> bool:
+    rx = rule.context_required
+    if rx is None:
+        return True
+    if src_ctx and rx.search(src_ctx):
+        return True
+    if rule.scope == "text":
+        return rx.search(text) is not None
+    if rule.scope == "line":
+        ls = text.rfind("\n", 0, start) + 1
+        le = text.find("\n", end)
+        return rx.search(text, ls, le if le >= 0 else len(text)) is not None
+    ws = max(0, start - rule.window)
+    we = min(len(text), end + max(rule.window // 2, 10))
+    # search the window as a slice so that keyword boundaries see real neighbours
+    return rx.search(text[ws:we]) is not None
+
+
+def _candidates(text: str, low: str, src_ctx: str, catalog: Catalog) -> list[_Cand]:
+    src_low = src_ctx.lower()
+    out: list[_Cand] = []
+    text_scope_cache: dict[int, bool] = {}
+    for rule in catalog.rules:
+        if rule.anchors and not any(a in low or a in src_low for a in rule.anchors):
+            continue
+        if rule.scope == "text" and rule.context_required is not None:
+            key = id(rule.context_required)
+            ok = text_scope_cache.get(key)
+            if ok is None:
+                ok = bool(rule.context_required.search(text) or rule.context_required.search(src_ctx))
+                text_scope_cache[key] = ok
+            if not ok:
+                continue
+        grp = rule.group
+        for m in rule.pattern.finditer(text):
+            s, e = m.span(grp)
+            if s < 0 or e <= s:
+                continue
+            value = text[s:e]
+            if grp != 0 or rule.norm is None:
+                value, s, e = trim_value(value, s, e)
+                if not value:
+                    continue
+            if rule.scope != "text" and not _context_ok(rule, text, s, e, src_ctx):
+                continue
+            if not all(v(value) for v in rule.validators):
+                continue
+            if any(f(value) for f in rule.filters):
+                continue
+            groups: dict[str, str] | None = None
+            if rule.norm is not None:
+                groups = {k: (v or "") for k, v in m.groupdict().items()}
+            out.append(_Cand(rule, s, e, value, groups))
+    return out
+
+
+class _Intervals:
+    """Disjoint half-open intervals sorted by start, with overlap queries."""
+
+    __slots__ = ("starts", "items")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.items: list[_Cand] = []
+
+    def overlapping(self, s: int, e: int) -> list[_Cand]:
+        i = bisect.bisect_right(self.starts, s) - 1
+        if i < 0:
+            i = 0
+        out: list[_Cand] = []
+        n = len(self.items)
+        while i < n and self.starts[i] < e:
+            c = self.items[i]
+            if c.end > s:
+                out.append(c)
+            i += 1
+        return out
+
+    def add(self, c: _Cand) -> None:
+        i = bisect.bisect_left(self.starts, c.start)
+        self.starts.insert(i, c.start)
+        self.items.insert(i, c)
+
+
+def _strictly_contains(outer: _Cand, inner: _Cand) -> bool:
+    return outer.start <= inner.start and inner.end <= outer.end and (outer.end - outer.start) > (inner.end - inner.start)
+
+
+def _resolve(cands: list[_Cand]) -> list[_Cand]:
+    cands.sort(key=lambda c: (-c.rule.priority, -(c.end - c.start), c.start))
+    atoms = _Intervals()
+    containers = _Intervals()
+    for c in cands:
+        if c.rule.nests:
+            if containers.overlapping(c.start, c.end):
+                continue
+            if any(not _strictly_contains(c, a) for a in atoms.overlapping(c.start, c.end)):
+                continue
+            containers.add(c)
+        else:
+            if atoms.overlapping(c.start, c.end):
+                continue
+            if any(not _strictly_contains(k, c) for k in containers.overlapping(c.start, c.end)):
+                continue
+            atoms.add(c)
+    out = atoms.items + containers.items
+    out.sort(key=lambda c: (c.start, -(c.end - c.start)))
+    return out
+
+
+def _snippet(text: str, s: int, e: int, secrets: Sequence[tuple[int, int]]) -> str:
+    """One-line snippet around ``[s:e]`` with every secret span replaced by its redacted
+    form (window edges are widened so that no secret is ever cut in half)."""
+    cs = max(0, s - _SNIPPET)
+    ce = min(len(text), e + _SNIPPET)
+    if e - s > 200:  # long values (PEM blocks, long URLs): show the head only
+        ce = min(len(text), s + 200)
+    for ss, se in secrets:
+        if ss < cs < se:
+            cs = ss
+        if ss < ce < se:
+            ce = se
+    pieces: list[str] = []
+    pos = cs
+    for ss, se in secrets:
+        if se <= cs or ss >= ce or ss < pos:
+            continue
+        pieces.append(text[pos:ss])
+        pieces.append(redact(text[ss:se]))
+        pos = se
+    pieces.append(text[pos:ce])
+    snip = " ".join("".join(pieces).split())
+    return ("…" if cs > 0 else "") + snip + ("…" if ce < len(text) else "")
+
+
+def _norm_of(c: _Cand, sensitive: bool) -> str:
+    if sensitive:
+        return normalize(c.value, c.rule.kind, sensitive=True)
+    if c.rule.norm is not None and c.norm_groups is not None:
+        try:
+            return normalize(c.rule.norm.format(**c.norm_groups), c.rule.kind)
+        except (KeyError, IndexError, ValueError):
+            pass
+    return normalize(c.value, c.rule.kind)
+
+
+def scan_text(text: str, catalog: Catalog | None = None, src_ctx: str = "") -> tuple[Match, ...]:
+    """Detect identifiers in ``text`` (uncached). ``src_ctx`` is the producing tool name
+    and command line, which counts as context for rules with required keywords."""
+    if not text:
+        return ()
+    cat = catalog or Catalog.load_default()
+    low = text.lower()
+    cands = _candidates(text, low, src_ctx, cat)
+    if not cands:
+        return ()
+    kept = _resolve(cands)
+    if cat.allowlist:
+        kept = [c for c in kept if not cat.is_allowed(c.value, _norm_of(c, False))]
+    secret_spans = sorted((c.start, c.end) for c in kept if c.rule.sensitive)
+    out: list[Match] = []
+    for c in kept:
+        sensitive = c.rule.sensitive or (
+            c.rule.nests and any(c.start <= ss and se <= c.end for ss, se in secret_spans)
+        )
+        ctx_secrets = secret_spans
+        if sensitive and not c.rule.sensitive:
+            ctx_secrets = sorted(set(secret_spans) | {(c.start, c.end)})
+        elif sensitive:
+            ctx_secrets = secret_spans
+        out.append(
+            Match(
+                rule_id=c.rule.id,
+                kind=c.rule.kind,
+                value=c.value,
+                norm=_norm_of(c, sensitive),
+                start=c.start,
+                end=c.end,
+                sensitive=sensitive,
+                rule_regenerable=c.rule.regenerable,
+                context=_snippet(text, c.start, c.end, _outermost(ctx_secrets)),
+            )
+        )
+    return tuple(out)
+
+
+def _outermost(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+        if out and s < out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+            continue
+        out.append((s, e))
+    return out
+
+
+def _src_ctx(source: Source) -> str:
+    return " ".join(x for x in (source.tool_name, source.command) if x)
+
+
+def _cached_scan(
+    key: Hashable | None, text: str, catalog: Catalog, src_ctx: str, cache: ScanCache | None
+) -> tuple[Match, ...]:
+    if cache is None:
+        return scan_text(text, catalog, src_ctx)
+    if key is None:
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    full = ("scan", key, src_ctx, catalog.fingerprint)
+    hit = cache.get(full)
+    if hit is not None:
+        return hit  # type: ignore[return-value]
+    res = scan_text(text, catalog, src_ctx)
+    cache.put(full, res)
+    return res
+
+
+def _to_identifiers(matches: Iterable[Match], source: Source) -> list[Identifier]:
+    return [
+        Identifier(
+            value=m.value,
+            norm=m.norm,
+            kind=m.kind,
+            detector=m.rule_id,
+            sensitive=m.sensitive,
+            regenerable=default_regenerable(m.rule_regenerable, m.kind, source),
+            source=source,
+            start=m.start,
+            end=m.end,
+            context=m.context,
+        )
+        for m in matches
+    ]
+
+
+def extract_text(
+    text: str, source: Source, catalog: Catalog | None = None, *, cache: ScanCache | None = DEFAULT_CACHE
+) -> list[Identifier]:
+    """Identifiers in one text seen at ``source``, in order of position.
+
+    Regenerability is the source/kind default (rule 1 of :mod:`.regen`); read-before-write
+    needs the whole snapshot (:func:`extract_snapshot`). Invariant: for every result,
+    ``text[i.start:i.end] == i.value``.
+    """
+    cat = catalog or Catalog.load_default()
+    return _to_identifiers(_cached_scan(None, text, cat, _src_ctx(source), cache), source)
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+@dataclass(frozen=True, slots=True)
+class _CallInfo:
+    message_index: int
+    part_index: int
+    tool_name: str | None
+    tool_call_id: str | None
+    cls: CallClass
+
+
+def _classify_cached(m: Message, pi: int, part: Part, cache: ScanCache | None) -> CallClass:
+    if cache is None or not m.digest:
+        return classify_call(part.tool_name, part.text)
+    key = ("call", m.digest, pi)
+    hit = cache.get(key)
+    if isinstance(hit, CallClass):
+        return hit
+    cls = classify_call(part.tool_name, part.text)
+    cache.put(key, cls)
+    return cls
+
+
+def _link_calls(
+    snapshot: Snapshot, cache: ScanCache | None
+) -> tuple[list[_CallInfo], dict[tuple[int, int], _CallInfo]]:
+    """All tool calls in order, and for each tool-result part (msg, part) its call."""
+    calls: list[_CallInfo] = []
+    by_id: dict[str, _CallInfo] = {}
+    pending: list[_CallInfo] = []
+    links: dict[tuple[int, int], _CallInfo] = {}
+    for mi, m in enumerate(snapshot.messages):
+        for pi, p in enumerate(m.parts):
+            if p.kind == "tool_call":
+                info = _CallInfo(mi, pi, p.tool_name, p.tool_call_id, _classify_cached(m, pi, p, cache))
+                calls.append(info)
+                pending.append(info)
+                if p.tool_call_id:
+                    by_id[p.tool_call_id] = info
+            elif p.kind == "tool_result":
+                call: _CallInfo | None = None
+                if p.tool_call_id and p.tool_call_id in by_id:
+                    call = by_id[p.tool_call_id]
+                elif p.tool_name:
+                    for c in reversed(pending):
+                        if c.tool_name == p.tool_name:
+                            call = c
+                            break
+                if call is None and pending and not (p.tool_call_id and p.tool_call_id in by_id):
+                    call = pending[0]
+                if call is not None:
+                    links[(mi, pi)] = call
+                    if call in pending:
+                        pending.remove(call)
+    return calls, links
+
+
+def snapshot_calls(snapshot: Snapshot, cache: ScanCache | None = DEFAULT_CACHE) -> list[CallRecord]:
+    """The snapshot's tool calls, classified (read-only / mutating, domains), in order."""
+    calls, _ = _link_calls(snapshot, cache)
+    return [
+        CallRecord(c.message_index, c.tool_name, c.cls.mutating, c.cls.domains, c.cls.command, c.tool_call_id)
+        for c in calls
+    ]
+
+
+_PART_ORIGIN: dict[str, Origin] = {"tool_call": "tool_call", "tool_result": "tool_result", "thinking": "thinking"}
+
+
+def _text_origin(role: str) -> Origin:
+    if role == "system":
+        return "system"
+    if role == "user":
+        return "user"
+    if role == "tool":
+        return "tool_result"
+    return "assistant"
+
+
+def extract_snapshot(
+    snapshot: Snapshot,
+    catalog: Catalog | None = None,
+    *,
+    cache: ScanCache | None = DEFAULT_CACHE,
+    policy: RegenPolicy | None = None,
+) -> list[Identifier]:
+    """Every identifier the model sees in ``snapshot``: system prompt
+    (``message_index == -1``), each textual part of each message, tool definitions
+    (``-2``); with sources linked to their tool calls and regenerability marked
+    (source rule, read-before-write, policy overrides). Ordered by message, part, offset.
+    Binary/opaque parts are never scanned."""
+    cat = catalog or Catalog.load_default()
+    out: list[Identifier] = []
+    if snapshot.system:
+        src = Source(SYSTEM_INDEX, "system", "system")
+        out.extend(_to_identifiers(_cached_scan(None, snapshot.system, cat, "", cache), src))
+    calls, links = _link_calls(snapshot, cache)
+    call_by_pos = {(c.message_index, c.part_index): c for c in calls}
+    for mi, m in enumerate(snapshot.messages):
+        for pi, p in enumerate(m.parts):
+            if p.kind not in TEXTUAL_KINDS or not p.text:
+                continue
+            info: _CallInfo | None = None
+            if p.kind == "tool_call":
+                info = call_by_pos.get((mi, pi))
+                origin: Origin = "tool_call"
+            elif p.kind == "tool_result":
+                info = links.get((mi, pi))
+                origin = "tool_result"
+            elif p.kind == "thinking":
+                origin = "thinking"
+            else:
+                origin = _text_origin(m.role)
+            if info is not None:
+                src = Source(
+                    mi,
+                    m.role,
+                    origin,
+                    tool_name=info.tool_name or p.tool_name,
+                    command=info.cls.command,
+                    mutating=info.cls.mutating,
+                    part_index=pi,
+                    tool_call_id=info.tool_call_id or p.tool_call_id,
+                    domains=info.cls.domains,
+                    call_index=info.message_index,
+                )
+            else:
+                src = Source(mi, m.role, origin, tool_name=p.tool_name, part_index=pi, tool_call_id=p.tool_call_id)
+            key: Hashable | None = (m.digest, pi) if m.digest else None
+            out.extend(_to_identifiers(_cached_scan(key, p.text, cat, _src_ctx(src), cache), src))
+    for ti, t in enumerate(snapshot.tools):
+        text = "\n".join(x for x in (t.name, t.description, t.schema) if x)
+        src = Source(TOOLS_INDEX, "tool", "tool_def", tool_name=t.name, part_index=ti)
+        out.extend(_to_identifiers(_cached_scan(None, text, cat, "", cache), src))
+    records = [
+        CallRecord(c.message_index, c.tool_name, c.cls.mutating, c.cls.domains, c.cls.command, c.tool_call_id)
+        for c in calls
+    ]
+    kind_defaults = {k: cat.kind_regenerable(k) for k in cat.kinds}
+    return mark_regenerability(out, records, policy, kind_defaults)

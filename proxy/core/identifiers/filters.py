@@ -1,0 +1,218 @@
+"""False-positive filters: small pure functions ``(value) -> bool`` that *exclude*.
+
+"Plugins find, filters exclude" (detect-secrets): a detector proposes a candidate, every
+filter named for it may veto it. A filter returns ``True`` when the value is NOT an opaque
+identifier (a date, a version, a port, a word, a documentation placeholder …).
+
+Each detector runs the :data:`DEFAULT_FILTERS` unless it lists ``skip_filters``; a rule
+may add more with ``filters``. Filters must be cheap: they run on every candidate.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Mapping
+from urllib.parse import urlsplit
+
+__all__ = [
+    "Filter",
+    "FILTERS",
+    "DEFAULT_FILTERS",
+    "is_date",
+    "is_time",
+    "is_version",
+    "is_port",
+    "is_year",
+    "is_plain_number",
+    "is_word",
+    "is_placeholder",
+    "is_example_url",
+    "is_template",
+]
+
+Filter = Callable[[str], bool]
+
+_DATE_RE = re.compile(
+    r"""^(?:
+        \d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[T\s_]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?
+      | \d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}
+      | \d{4}\d{2}\d{2}(?:T\d{6}Z?)?
+      | \d{1,2}/\d{1,2}
+    )$""",
+    re.X,
+)
+_TIME_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:\s?[AaPp][Mm])?$")
+_VERSION_RE = re.compile(
+    r"^(?:(?:[vV]|version[-_ ]?)\d+(?:\.\d+){0,3}|\d+(?:\.\d+){1,3})(?:[-+.]?(?:a|b|rc|alpha|beta|dev|post|pre|final|snapshot|lts)\.?\d*)?$",
+    re.I,
+)
+_NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:[.,_]\d+)*|\d*\.\d+|0x[0-9a-f]{1,8})(?:e[+-]?\d+)?%?$", re.I)
+_WORD_PIECE = re.compile(r"^(?:[a-z]+|[A-Z][a-z]+|[A-Z]+)$")
+_WORD_SPLIT = re.compile(r"[_\-\s./]+")
+_CAMEL_SPLIT = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def is_date(value: str) -> bool:
+    """ISO / US / compact dates and datetimes (``2024-05-01``, ``05/01/2024``, ``20240501``)."""
+    return bool(_DATE_RE.match(value))
+
+
+def is_time(value: str) -> bool:
+    """Clock times (``12:30``, ``09:15:02.123``)."""
+    return bool(_TIME_RE.match(value))
+
+
+def is_version(value: str) -> bool:
+    """Version numbers (``1.2.3``, ``v2``, ``3.11.7``, ``2.0.0rc1``)."""
+    return bool(_VERSION_RE.match(value))
+
+
+def is_port(value: str) -> bool:
+    """Port numbers, bare or as ``:8080`` / ``host:8080`` suffix only."""
+    v = value.rsplit(":", 1)[-1] if ":" in value else value
+    return v.isdigit() and len(v) <= 5 and int(v) <= 65535 and (value.startswith(":") or value == v)
+
+
+def is_year(value: str) -> bool:
+    """A year between 1900 and 2199."""
+    return len(value) == 4 and value.isdigit() and 1900 <= int(value) <= 2199
+
+
+def is_plain_number(value: str) -> bool:
+    """Integers, decimals, percentages, small hex literals (``0x1f``)."""
+    return bool(_NUMBER_RE.match(value))
+
+
+def is_word(value: str) -> bool:
+    """English-like words and word compounds (``hello``, ``user_name``, ``getUserName``,
+    ``README``): only letters, every piece lower, Capitalised or ALLCAPS."""
+    if not value or any(c.isdigit() for c in value):
+        return False
+    pieces = [p for p in _WORD_SPLIT.split(value) if p]
+    if not pieces:
+        return True
+    for p in pieces:
+        for q in _CAMEL_SPLIT.split(p):
+            if not _WORD_PIECE.match(q):
+                return False
+    return True
+
+
+_PLACEHOLDER_LITERALS = frozenset(
+    s.lower()
+    for s in (
+        "123e4567-e89b-12d3-a456-426614174000",
+        "123e4567-e89b-12d3-a456-426655440000",
+        "12345678-1234-1234-1234-123456789012",
+        "12345678-1234-5678-1234-567812345678",
+        "12345678-90ab-cdef-1234-567890abcdef",
+        "550e8400-e29b-41d4-a716-446655440000",
+        "01ARZ3NDEKTSV4RRFFQ69G5FAV",  # the ULID spec example
+        "AKIAIOSFODNN7EXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "i-1234567890abcdef0",
+        "i-0123456789abcdef0",
+        "vol-049df61146c4d7901",
+        "ami-0abcdef1234567890",
+        "sg-903004f8",
+        "subnet-6e7f829e",
+        "vpc-1a2b3c4d",
+        "123456789012",
+        "0123456789abcdef",
+        "e83c5163316f89bfbde7d9ab23ca2e25604af290",  # git's own initial commit (tutorials)
+        "da39a3ee5e6b4b0d3255bfef95601890afd80709",  # sha1 of ""
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",  # sha256 of ""
+        "d41d8cd98f00b204e9800998ecf8427e",  # md5 of ""
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904",  # git empty tree
+    )
+)
+_PLACEHOLDER_WORDS = (
+    "deadbeef", "cafebabe", "feedface", "baadf00d", "decafbad", "abadbabe", "defaced",
+    "example", "sample", "dummy", "placeholder", "changeme", "your_", "your-", "yourtoken",
+    "xxxx", "redacted", "<", ">", "${", "{{", "%(", "...", "…",
+)
+_SEQUENCES = ("0123456789abcdefghijklmnopqrstuvwxyz0123456789", "9876543210fedcba9876543210")
+_SEP_RE = re.compile(r"[-_:./]")
+
+
+def is_placeholder(value: str) -> bool:
+    """Documentation / test placeholders: the nil UUID, repeated characters, counting
+    sequences (``1234567``, ``abcdef12``), well-known doc ids (``AKIAIOSFODNN7EXAMPLE``,
+    ``123e4567-e89b-…``, ``i-1234567890abcdef0``), hexspeak (``deadbeef``), template
+    markers (``<id>``, ``${X}``, ``xxxx``)."""
+    low = value.lower()
+    if low in _PLACEHOLDER_LITERALS:
+        return True
+    if any(w in low for w in _PLACEHOLDER_WORDS):
+        return True
+    core = _SEP_RE.sub("", low)
+    if (len(core) >= 6 and len(set(core)) == 1) or (len(core) >= 8 and len(set(core)) <= 2):
+        return True
+    # strip a short alphabetic type prefix such as "i-", "pi_", "sha256:"
+    body = re.sub(r"^[a-z]{1,6}\d{0,3}(?=[-_:])[-_:]", "", low)
+    if body in _PLACEHOLDER_LITERALS:
+        return True
+    body = _SEP_RE.sub("", body)
+    if len(body) >= 6:
+        if len(set(body)) <= 2:
+            return True
+        for seq in _SEQUENCES:
+            # the whole body is a run of a counting sequence (e.g. 1234567, abcdef0123)
+            if body in seq:
+                return True
+        # mostly a counting sequence: "1234567890abcdef0" and friends
+        longest = 0
+        for seq in _SEQUENCES:
+            for i in range(len(body)):
+                j = 0
+                k = seq.find(body[i]) if body[i] in seq else -1
+                if k < 0:
+                    continue
+                while i + j < len(body) and k + j < len(seq) and body[i + j] == seq[k + j]:
+                    j += 1
+                longest = max(longest, j)
+        if longest >= max(8, int(len(body) * 0.7)):
+            return True
+    return False
+
+
+_EXAMPLE_HOST_RE = re.compile(r"(?:^|\.)(?:example\.(?:com|org|net|edu)|example|test|invalid|localhost\.example)$")
+
+
+def is_example_url(value: str) -> bool:
+    """URLs on documentation hosts (RFC 2606/6761): ``example.com``/``.org``/``.net``,
+    ``*.example``, ``*.test``, ``*.invalid``."""
+    if "://" not in value:
+        return False
+    try:
+        host = (urlsplit(value).hostname or "").lower()
+    except ValueError:
+        return False
+    return bool(host) and bool(_EXAMPLE_HOST_RE.search(host))
+
+
+_TEMPLATE_RE = re.compile(r"^(?:\$\{?[A-Za-z_]\w*\}?|%[sd]|\{[\w.]*\}|<[^>]*>|\*+|null|none|nil|true|false|undefined|n/?a)$", re.I)
+
+
+def is_template(value: str) -> bool:
+    """Template variables and null-ish values (``$VAR``, ``${VAR}``, ``{id}``, ``<id>``,
+    ``***``, ``null``, ``None``)."""
+    return bool(_TEMPLATE_RE.match(value))
+
+
+#: Every filter by name (rule files refer to these names).
+FILTERS: Mapping[str, Filter] = {
+    "date": is_date,
+    "time": is_time,
+    "version": is_version,
+    "port": is_port,
+    "year": is_year,
+    "number": is_plain_number,
+    "word": is_word,
+    "placeholder": is_placeholder,
+    "example_url": is_example_url,
+    "template": is_template,
+}
+
+#: Filters every detector runs unless it opts out with ``skip_filters``.
+DEFAULT_FILTERS: tuple[str, ...] = ("template", "placeholder", "date", "time", "version", "year", "number", "word")

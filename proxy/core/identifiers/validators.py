@@ -1,0 +1,239 @@
+"""Named validators: small pure functions ``(value) -> bool`` that must all *accept* a
+candidate for its detector to report it (a rule lists them by name in ``validators``).
+
+Also the shape measures used by the fallback detector for unknown opaque tokens:
+Shannon entropy and tiktoken fragmentation (tokens per character — random tokens split
+into many short BPE pieces, words and code identifiers do not).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections import Counter
+from functools import lru_cache
+from typing import Callable, Mapping
+
+from .filters import is_word
+
+__all__ = [
+    "Validator",
+    "VALIDATORS",
+    "shannon_entropy",
+    "fragmentation",
+    "looks_opaque",
+]
+
+Validator = Callable[[str], bool]
+
+
+def shannon_entropy(value: str) -> float:
+    """Shannon entropy of the character distribution, in bits per character."""
+    if not value:
+        return 0.0
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+
+
+@lru_cache(maxsize=8192)
+def fragmentation(value: str) -> float:
+    """cl100k tokens per character of ``value`` (words ≈ 0.2–0.3, random ≈ 0.5+)."""
+    if not value:
+        return 0.0
+    from proxy.tokenizer import get_encoding  # lazy: only the fallback detector needs it
+
+    return len(get_encoding("cl100k_base").encode_ordinary(value)) / len(value)
+
+
+def _has_digit(v: str) -> bool:
+    return any(c.isdigit() for c in v)
+
+
+def _has_letter(v: str) -> bool:
+    return any(c.isalpha() for c in v)
+
+
+def has_digit_and_letter(v: str) -> bool:
+    return _has_digit(v) and _has_letter(v)
+
+
+def has_digit(v: str) -> bool:
+    return _has_digit(v)
+
+
+def looks_opaque(v: str, *, min_len: int = 8, min_entropy_ratio: float = 0.72, min_frag: float = 0.3) -> bool:
+    """Conservative "is this a machine-made token" test used by the fallback detector:
+    long enough, digits and letters mixed, high entropy relative to its length, and many
+    BPE tokens per character."""
+    core = v.strip("-_")
+    if len(core) < min_len or len(core) > 128:
+        return False
+    if not has_digit_and_letter(core):
+        return False
+    if _transitions(core) < max(3, len(core) // 4):
+        return False
+    ent = shannon_entropy(core)
+    if ent < min_entropy_ratio * math.log2(min(len(core), 36)):
+        return False
+    return fragmentation(core) >= min_frag
+
+
+def _char_class(c: str) -> int:
+    return 0 if c.isdigit() else 1 if c.islower() else 2 if c.isupper() else 3
+
+
+def _transitions(v: str) -> int:
+    """Changes of character class (digit / lower / upper) between adjacent alphanumerics:
+    random tokens change often, words and ``snake_case_2`` names rarely."""
+    alnum = [_char_class(c) for c in v if c.isalnum()]
+    return sum(1 for a, b in zip(alnum, alnum[1:]) if a != b)
+
+
+def opaque_token(v: str) -> bool:
+    return looks_opaque(v)
+
+
+def opaque_value(v: str) -> bool:
+    """A value named by a context keyword (``upload_id: …``): at least 6 characters, not a
+    word, with a digit, or long and mixed-case (base64 such as S3 UploadIds)."""
+    if len(v) < 6 or is_word(v):
+        return False
+    if _has_digit(v) and _has_letter(v):
+        return True
+    if v.isdigit():
+        return len(v) >= 6
+    return len(v) >= 16 and any(c.islower() for c in v) and any(c.isupper() for c in v)
+
+
+_ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
+
+
+def ulid(v: str) -> bool:
+    """Crockford base32, 26 chars, first char 0–7, one case, digits and letters."""
+    if not (v.isupper() or v.islower()):
+        return False
+    return bool(_ULID_RE.match(v.upper())) and has_digit_and_letter(v) and sum(c.isdigit() for c in v) >= 4
+
+
+_B64URL_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def jwt(v: str) -> bool:
+    """Three base64url parts, the header decodes to JSON with ``alg`` or ``typ``."""
+    parts = v.split(".")
+    if len(parts) != 3 or not all(_B64URL_RE.match(p) for p in parts[:2]):
+        return False
+    head = parts[0] + "=" * (-len(parts[0]) % 4)
+    try:
+        obj = json.loads(base64.urlsafe_b64decode(head))
+    except (ValueError, binascii.Error):
+        return False
+    return isinstance(obj, dict) and ("alg" in obj or "typ" in obj)
+
+
+_KNOWN_DIRS = frozenset(
+    """src lib libs tests test spec specs app apps docs doc bin sbin scripts script migrations
+    migration alembic versions config configs conf etc pkg cmd internal build dist out target
+    node_modules vendor deploy deployments k8s kubernetes manifests charts helm terraform infra
+    db sql api web server client components pages public static assets templates include
+    tools tmp var usr opt home root srv data logs log proxy core modules module packages
+    fixtures examples services service handlers models views controllers utils util""".split()
+)
+_EXT_RE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$|\.[0-9][A-Za-z][A-Za-z0-9]{0,8}$")
+
+
+def path_shape(v: str) -> bool:
+    """A path worth tracking: absolute with two components or an extension, or relative
+    with an extension on its last component, or starting with ``./`` ``../`` ``~/`` or a
+    well-known directory (``src/``, ``tests/``, ``migrations/`` …). Rejects fractions,
+    ``and/or`` and ``k8s kind/name``."""
+    if "\\" in v:
+        return bool(re.match(r"^[A-Za-z]:\\", v)) and len(v) > 4
+    p = v.rstrip("/")
+    if not p or "/" not in v:
+        return False
+    comps = [c for c in p.split("/") if c and c != "."]
+    if not comps or all(c == ".." for c in comps):
+        return False
+    last = comps[-1]
+    has_ext = bool(_EXT_RE.search(last)) and not last.startswith(".") or (last.startswith(".") and len(last) > 2)
+    if any(c.isdigit() for c in p.replace("/", "")) and all(c.isdigit() or c in "/.-" for c in p):
+        return False  # 1/2, 12/05/2024, 3.5/4
+    if v.startswith("/"):
+        return len(comps) >= 2 or has_ext
+    if v.startswith(("./", "../", "~/")):
+        return True
+    if has_ext:
+        return True
+    return comps[0] in _KNOWN_DIRS and len(comps) >= 2
+
+
+def image_ref(v: str) -> bool:
+    """``repo:tag`` image references: the repository has a letter; the tag has a digit, or
+    is ``latest``, or the repository is namespaced (``org/app``)."""
+    if "@" in v:
+        return True
+    repo, _, tag = v.rpartition(":")
+    if not repo or not tag or "/" in tag:
+        return False
+    if not any(c.isalpha() for c in repo):
+        return False
+    if repo.isdigit():
+        return False
+    if tag.isdigit() and len(tag) >= 4 and "/" not in repo:
+        return False  # host:port
+    return any(c.isdigit() for c in tag) or tag == "latest" or "/" in repo
+
+
+def lsn(v: str) -> bool:
+    """Postgres LSN ``X/Y``: both hex, not a date or fraction (needs a hex letter or a
+    part longer than 2)."""
+    a, _, b = v.partition("/")
+    if not a or not b:
+        return False
+    return any(c.isalpha() for c in v) or max(len(a), len(b)) > 4
+
+
+def stripe_body(v: str) -> bool:
+    """Body after the Stripe prefix: 8+ alphanumerics with a digit and a letter."""
+    body = v.split("_", 1)[-1]
+    if body.startswith(("test_", "live_")):
+        body = body[5:]
+    if len(body) < 8 or not has_digit_and_letter(body):
+        return False
+    mixed = any(c.islower() for c in body) and any(c.isupper() for c in body)
+    return mixed or looks_opaque(body)
+
+
+def secret_value(v: str) -> bool:
+    """A credential-looking assignment value: 6+ chars, not a variable reference,
+    function call or word."""
+    if len(v) < 6 or v[0] in "$%{<(" or "(" in v or "os.environ" in v or "getenv" in v:
+        return False
+    if is_word(v):
+        return False
+    return True
+
+
+def not_all_digits(v: str) -> bool:
+    return not v.isdigit()
+
+
+#: Every validator by name (rule files refer to these names).
+VALIDATORS: Mapping[str, Validator] = {
+    "has_digit_and_letter": has_digit_and_letter,
+    "has_digit": has_digit,
+    "opaque_token": opaque_token,
+    "opaque_value": opaque_value,
+    "ulid": ulid,
+    "jwt": jwt,
+    "path_shape": path_shape,
+    "image_ref": image_ref,
+    "lsn": lsn,
+    "stripe_body": stripe_body,
+    "secret_value": secret_value,
+    "not_all_digits": not_all_digits,
+}
