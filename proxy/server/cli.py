@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
 from proxy.config import CONFIG_ENV_VAR, ConfigError, Overrides, apply_overrides, load_config
 from proxy.server.logs import configure_logging
+from proxy.server.runner import AppFactory, serve
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["APP_FACTORY", "add_arguments", "load_app_factory", "run"]
+
+#: ``module:function`` building the served app from a ProxyConfig. The gate's
+#: assembly replaces this with its own factory (one line) when it is wired in.
+APP_FACTORY = "proxy.server.app:create_app"
 
 
 def _port(text: str) -> int:
@@ -58,7 +64,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"compaction-gate: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.server.log_level)
-    from proxy.server.runner import serve
-
-    serve(config)
+    try:
+        app = load_app_factory(APP_FACTORY)(config)  # e.g. a bad policy file fails here
+    except ConfigError as exc:
+        print(f"compaction-gate: configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    serve(config, app=app)
     return 0
+
+
+def load_app_factory(spec: str) -> AppFactory:
+    """Import ``module:function`` (a callable ``ProxyConfig -> web.Application``)."""
+    module_name, _, attr = spec.partition(":")
+    factory: AppFactory = getattr(importlib.import_module(module_name), attr)
+    return factory

@@ -305,6 +305,8 @@ async def _decide(
 
 
 def _log_gate_failure(where: str, exc: BaseException, secret: str | None, rec: RequestRecord) -> None:
+    """Log a gate/tap failure; free text is scrubbed of the request's credential and
+    of anything credential-shaped (exception messages may quote request content)."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     GATE_LOGGER.error(
         "gate failure; request forwarded per gate.fail_open",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -27,7 +28,19 @@ __all__ = [
 ACCESS_LOGGER = logging.getLogger("compaction_gate.access")
 GATE_LOGGER = logging.getLogger("compaction_gate.server")
 
-_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message"}
+#: Credential shapes scrubbed from any free text we log (exception messages,
+#: tracebacks), in addition to the exact secrets known for the request.
+_SECRET_PATTERNS = (
+    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),  # OpenAI / Anthropic style keys
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-~+/=]{8,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"),  # JWT
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),  # Google API keys
+    re.compile(
+        r"(?i)((?:api[_-]?key|access[_-]?token|secret|password|authorization)[\"']?\s*[:=]\s*[\"']?)"
+        r"[^\s\"',;]{4,}"
+    ),
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -69,9 +82,14 @@ def log_access(fields: Mapping[str, Any]) -> None:
     ACCESS_LOGGER.info("request", extra={"fields": dict(fields)})
 
 
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """Replace every occurrence of each non-empty secret in ``text``."""
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """Scrub ``text``: each known secret, then anything shaped like a credential."""
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "[redacted]")
+    for pattern in _SECRET_PATTERNS:
+        if pattern.groups:
+            text = pattern.sub(lambda m: m.group(1) + "[redacted]", text)
+        else:
+            text = pattern.sub("[redacted]", text)
     return text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -20,7 +21,10 @@ from proxy.server.app import create_app
 from proxy.server.hooks import Interceptor
 from proxy.server.logs import GATE_LOGGER
 
-__all__ = ["RunningServer", "serve", "start_server"]
+__all__ = ["AppFactory", "RunningServer", "serve", "start_server"]
+
+#: Builds the application to serve from the validated config.
+AppFactory = Callable[[ProxyConfig], web.Application]
 
 
 @dataclass
@@ -66,8 +70,7 @@ async def start_server(
     return RunningServer(runner=runner, host=host, port=bound)
 
 
-async def _serve(config: ProxyConfig, interceptor: Interceptor | None) -> None:
-    app = create_app(config, interceptor)
+async def _serve(config: ProxyConfig, app: web.Application) -> None:
     server = await start_server(
         app,
         config.server.host,
@@ -100,7 +103,17 @@ async def _serve(config: ProxyConfig, interceptor: Interceptor | None) -> None:
         GATE_LOGGER.info("stopped")
 
 
-def serve(config: ProxyConfig, interceptor: Interceptor | None = None) -> None:
-    """Run the proxy in the foreground until SIGINT/SIGTERM."""
+def serve(
+    config: ProxyConfig,
+    interceptor: Interceptor | None = None,
+    *,
+    app: web.Application | None = None,
+) -> None:
+    """Run the proxy in the foreground until SIGINT/SIGTERM.
+
+    ``app`` is the application to serve (e.g. one with the gate installed); by
+    default ``create_app(config, interceptor)``.
+    """
+    served = app if app is not None else create_app(config, interceptor)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config, interceptor))
+        asyncio.run(_serve(config, served))
