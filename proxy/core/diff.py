@@ -196,7 +196,12 @@ def survives(ident: Identifier, visible: VisibleText) -> bool:
         return True
     if visible.prefix_alias(ident.value):
         return True
-    return any(relation(ident.norm, other.norm, ident.kind) == "alias" for other in visible.of_kind(ident.kind))
+    # An alias counts only when the visible copy is at least as specific: a full SHA
+    # whose 7-character abbreviation alone is visible was truncated (``altered``).
+    return any(
+        len(other.norm) >= len(ident.norm) and relation(ident.norm, other.norm, ident.kind) == "alias"
+        for other in visible.of_kind(ident.kind)
+    )
 
 
 def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
