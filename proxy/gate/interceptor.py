@@ -45,6 +45,7 @@ from ..core.interventions.summary import SummaryApi
 from ..core.interventions.tripwire import Hallucination, ToolCall, find_hallucinations
 from ..core.markers import Markers, default_markers, load_markers
 from ..core.messages import Part, Snapshot, make_message
+from ..metrics import Metrics
 from ..policy import Policy, PolicyHolder, RequestContext
 from ..policy.loader import presets_dir
 from ..policy.obligations import PolicyObligations
@@ -149,8 +150,12 @@ class GateInterceptor:
         spill: SpillStore | None = None,
         config: GateConfig | None = None,
         token_counter: TokenCounter | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.tracker = tracker
+        #: Where decisions are counted; :func:`proxy.gate.wiring.install_gate` replaces it
+        #: with the app's instance (the default is a private, unscraped registry).
+        self.metrics = metrics if metrics is not None else Metrics()
         self.policies = policies
         self.events = events or EventLog()
         self.spill = spill or SpillStore()
@@ -217,6 +222,7 @@ class GateInterceptor:
             policy=policy.name,
             **details,
         )
+        self._count_metrics(kind, details)
         if cid is not None and hasattr(self.tracker, "add_event"):
             try:
                 message = details.get("message", "")
@@ -230,6 +236,27 @@ class GateInterceptor:
                 )
             except Exception:
                 log.exception("could not append the gate event to the conversation")
+
+    def _count_metrics(self, kind: str, details: dict[str, Any]) -> None:
+        """Translate one recorded event into metrics (kinds only, never values)."""
+        m = self.metrics
+        if kind == "compaction":
+            required = set(details.get("required") or ())
+            lost = list(details.get("dropped") or ()) + list(details.get("altered") or ())
+            m.observe_transition(
+                str(details.get("transition") or ""),
+                destructive=details.get("verdict") == "destructive",
+                dropped_kinds=[str(b.get("kind")) for b in lost if b.get("value") in required],
+            )
+        elif kind in ("reinject", "reinject_sticky"):
+            for b in details.get("reinjected") or ():
+                m.binding_reinjected(str(b.get("kind")))
+        elif kind == "summarization" and details.get("required"):
+            m.summarization_gated()
+        elif kind == "tripwire":
+            m.tripwire_hit(len(details.get("hallucinated") or ()) or 1)
+        elif kind == "gate_error":
+            m.analysis_error()
 
     # ------------------------------------------------------------------ entry point
 
@@ -249,9 +276,14 @@ class GateInterceptor:
         if ex.kind not in GATED_KINDS or not isinstance(ex.json, dict):
             return Decision(conversation_id=obs.conversation_id, tap=tracker_tap)
         try:
-            decision = self._decide(ex, obs)
+            side_history = None
+            if obs.is_summarization_request and obs.previous is None:
+                side_history = await self._history_for_side_request(ex, obs)
+            decision = self._decide(ex, obs, side_history)
         except Exception as exc:
             return self._failed(ex, obs, tracker_tap, exc, "analysis")
+        if decision.action != "none":
+            self.metrics.action(decision.action)
         taps = [t for t in (decision.tap, tracker_tap) if t is not None]
         tap: ResponseTap | None = ChainTap(taps) if len(taps) > 1 else (taps[0] if taps else None)
         return Decision(
@@ -280,7 +312,33 @@ class GateInterceptor:
 
     # ------------------------------------------------------------------ decision
 
-    def _decide(self, ex: Exchange, obs: Any) -> Decision:
+    async def _history_for_side_request(self, ex: Exchange, obs: Any, limit: int = 20) -> Snapshot | None:
+        """The history a summarization side request summarizes when lineage could not
+        attach it (e.g. the history pasted as escaped text): among this tenant's most
+        recent conversations, the one whose required bindings occur most often in the
+        request's text."""
+        conversations = getattr(self.tracker, "conversations", None)
+        if conversations is None:
+            return None
+        policy = self.policies.policy
+        catalog = self._catalog(policy)
+        visible = obs.current.visible_text()
+        recs = sorted(
+            (r for r in conversations() if r.tenant == ex.tenant and r.id != obs.conversation_id),
+            key=lambda r: r.last_seen,
+            reverse=True,
+        )[:limit]
+        best: tuple[int, Snapshot | None] = (0, None)
+        for rec in recs:
+            snap = await self.tracker.history(rec.id)
+            if snap is None:
+                continue
+            score = sum(1 for b in self._required_in(policy, snap, catalog) if b.value in visible)
+            if score > best[0]:
+                best = (score, snap)
+        return best[1]
+
+    def _decide(self, ex: Exchange, obs: Any, side_history: Snapshot | None = None) -> Decision:
         policy = self.policies.policy
         eff = policy.effective(RequestContext(model=ex.model, route=ex.path, tenant=ex.tenant, headers=ex.headers))
         api: SummaryApi = ex.kind  # type: ignore[assignment]
@@ -293,7 +351,7 @@ class GateInterceptor:
 
         # 1. the summarization call
         if obs.is_summarization_request:
-            return self._gate_summary(ex, obs, policy, eff, api, dialect, catalog)
+            return self._gate_summary(ex, obs, policy, eff, api, dialect, catalog, side_history)
 
         # 2. the shrunk request
         analysis: Analysis | None = None
@@ -376,10 +434,16 @@ class GateInterceptor:
                     new_body = res.body
                     if action == "none":
                         action = p.action
+                    reinjected = [{"value": b.value if not b.sensitive else b.display(), "kind": b.kind,
+                                   "where": b.source} for b in res.kept]
                     if analysis is None or not analysis.destructive:
                         self._record(ex, cid, "reinject_sticky", action, obs,
                                      bindings=[b.value if not b.sensitive else b.display() for b in res.kept],
+                                     reinjected=reinjected,
                                      message="repeated the repair of an earlier compaction")
+                    else:
+                        self._record(ex, cid, "reinject", action, obs, reinjected=reinjected,
+                                     message=f"re-injected {len(reinjected)} binding(s) verbatim after the summary")
 
         # 3. the tripwire on the response
         tap: ResponseTap | None = None
@@ -426,14 +490,24 @@ class GateInterceptor:
         )
         return spill_note(rec.handle, bindings if policy.spill_list_bindings else (), url_path=self.config.spill_path + rec.handle)
 
-    def _gate_summary(self, ex: Exchange, obs: Any, policy: Policy, eff: Any, api: SummaryApi, dialect: NoteDialect, catalog: object | None) -> Decision:
+    def _gate_summary(
+        self,
+        ex: Exchange,
+        obs: Any,
+        policy: Policy,
+        eff: Any,
+        api: SummaryApi,
+        dialect: NoteDialect,
+        catalog: object | None,
+        side_history: Snapshot | None = None,
+    ) -> Decision:
         cid = obs.conversation_id
         if not eff.gate:
             return Decision()
-        history: Snapshot = obs.previous if obs.previous is not None else obs.current
+        history: Snapshot = obs.previous or side_history or obs.current
         visible = obs.current.visible_text()
         bindings = self._required_in(policy, history, catalog)
-        if obs.previous is not None:
+        if history is not obs.current:
             bindings += [b for b in self._required_in(policy, obs.current, catalog) if b.value not in {x.value for x in bindings}]
         bindings = [b for b in bindings if b.value in visible]  # what this call summarizes
         if not bindings:

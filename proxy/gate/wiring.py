@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator
 
 from aiohttp import web
 
+from ..metrics import METRICS_KEY
 from ..policy import PolicyHolder
 from . import events as events_mod
 from . import spill as spill_mod
@@ -44,6 +45,11 @@ def install_gate(
     the tracker's ``/gate/conversations`` API is added too (it owns the tracker's
     start/close); ``/gate/events`` is always the gate's decision log."""
     app[GATE_KEY] = gate
+    metrics = app.get(METRICS_KEY)
+    if metrics is not None:  # count the gate's decisions where /metrics serves them
+        gate.metrics = metrics
+        tracker = gate.tracker
+        metrics.track_conversations(lambda: len(tracker.conversations()))
     if conversations_api:
         from .api import add_gate_routes
 
