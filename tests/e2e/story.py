@@ -60,7 +60,7 @@ def _tool_results(call: Call) -> int:
 
 def is_summarize_call(call: Call) -> bool:
     text = call.all_text()
-    return CC_SUMMARY_MARKER in text or "<role>Context Extraction Assistant</role>" in text
+    return CC_SUMMARY_MARKER in text or "Context Extraction Assistant" in text
 
 
 def responder(call: Call) -> Reply:
@@ -68,6 +68,8 @@ def responder(call: Call) -> Reply:
     if is_summarize_call(call):
         return Reply(text=LOSSY_SUMMARY, chunks=[LOSSY_SUMMARY[:40], LOSSY_SUMMARY[40:]])
     last = call.last_user_text()
+    if "Running downgrade" in call.all_text():
+        return Reply(text="Rolled back the migration.")
     if "Roll back" in last or "roll back" in last.lower():
         found = _HEX12.findall(call.all_text())
         rev = found[0] if found else INVENTED
