@@ -89,3 +89,16 @@ def build_gate(config: Any, *, tracker: Any | None = None) -> GateInterceptor:
     """Raises :class:`proxy.yamlconf.ConfigError` (file:line) for a bad policy."""
     holder = PolicyHolder(config.policy)
     return GateInterceptor(tracker if tracker is not None else build_tracker(config), holder)
+
+
+def create_gate_app(config: Any) -> web.Application:
+    """The served application (``compaction-gate serve``): forwarding, tracking, the gate
+    under ``config.policy`` (hot-reloaded on file change or SIGHUP), its API, the
+    dashboard and ``/metrics``. Raises :class:`proxy.yamlconf.ConfigError` for a bad
+    policy so ``serve`` exits 2 with file:line."""
+    from ..server.app import create_app
+
+    gate = build_gate(config)
+    app = create_app(config, gate)
+    install_gate(app, gate, watch=True)
+    return app

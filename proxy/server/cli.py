@@ -15,7 +15,7 @@ __all__ = ["APP_FACTORY", "add_arguments", "load_app_factory", "run"]
 
 #: ``module:function`` building the served app from a ProxyConfig. The gate's
 #: assembly replaces this with its own factory (one line) when it is wired in.
-APP_FACTORY = "proxy.server.app:create_app"
+APP_FACTORY = "proxy.gate.wiring:create_gate_app"
 
 
 def _port(text: str) -> int:
