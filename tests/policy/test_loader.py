@@ -87,7 +87,7 @@ def test_extends_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
     )
     pol = load_policy(p)
     assert pol.name == "mine" and pol.reinject_budget_tokens == 300
-    assert pol.priorities["ticket"] == 500 and pol.priorities["migration_revision"] == 100
+    assert pol.priorities["ticket"] == 500 and pol.priorities["alembic_revision"] == 100
     assert pol.destructive == "reinject"
 
 
@@ -147,8 +147,8 @@ def test_regenerability_rules_and_priorities() -> None:
     assert pol.regenerable("git_sha", False, tool="bash", command="git log --oneline") is True
     assert pol.regenerable("git_sha", False, tool="bash", command="git rev-parse HEAD") is False
     assert pol.regenerable("path", False) is True
-    assert pol.priority("migration_revision", False) > pol.priority("migration_revision", True)
-    assert pol.priority("migration_revision", False) > pol.priority("uuid", False)
+    assert pol.priority("alembic_revision", False) > pol.priority("alembic_revision", True)
+    assert pol.priority("alembic_revision", False) > pol.priority("uuid", False)
     assert pol.allowlisted("0000000") and not pol.allowlisted("3f9a1c2b7d4e")
 
 
