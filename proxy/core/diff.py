@@ -204,6 +204,38 @@ def survives(ident: Identifier, visible: VisibleText) -> bool:
     )
 
 
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:/@+=~-")
+
+
+def truncated_in_text(value: str, visible: VisibleText, min_len: int = 12) -> str | None:
+    """A long value cut short: the visible text has a token that is a proper prefix of
+    ``value`` (at least ``min_len`` and a third of it), possibly followed by an ellipsis.
+    One substring scan for the first ``min_len`` characters, then per-hit checks."""
+    if len(value) < 16:
+        return None
+    head = value[:min_len]
+    floor = max(min_len, len(value) // 3)
+    text = visible.text
+    best: str | None = None
+    i = text.find(head)
+    while i >= 0:
+        if i == 0 or text[i - 1] not in _TOKEN_CHARS:
+            k = min_len
+            while k < len(value) and i + k < len(text) and text[i + k] == value[k]:
+                k += 1
+            nxt = text[i + k] if i + k < len(text) else " "
+            after = text[i + k + 1] if i + k + 1 < len(text) else " "
+            ends = (
+                nxt not in _TOKEN_CHARS
+                or text.startswith(("…", "..."), i + k)
+                or (nxt in ".,:;" and after not in _TOKEN_CHARS)  # sentence punctuation
+            )
+            if floor <= k < len(value) and ends and (best is None or k > len(best)):
+                best = text[i : i + k]
+        i = text.find(head, i + 1)
+    return best
+
+
 def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
     """The damaged form of ``ident`` the model sees instead, if any (never for secrets):
     a truncated or elided SHA, an absolute path made relative, a one-character typo."""
@@ -216,6 +248,9 @@ def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
     if frag is not None:
         return frag
     v = ident.value
+    cut = truncated_in_text(v, visible)
+    if cut is not None:
+        return cut
     if _HEX.match(v) and len(v) >= 12:  # a truncated hex id detected under another kind
         lv = v.lower()
         best = None

@@ -87,6 +87,9 @@ class Planted:
     note: str
     phrase: str = ""
     vague: str = ""
+    #: Other spellings of the same thing (``deployment/api`` for ``deployment.apps/api``):
+    #: the value stays visible while any of them is.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,14 @@ class Conversation:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def first_binding_step(self) -> int:
+        """Turn index of the first tool call whose result plants a binding (everything
+        before it can be cut without losing a binding)."""
+        for st in self.steps:
+            if any(not p.regenerable for p in self.planted if p.name in st.binds):
+                return st.first
+        return len(self.turns)
 
     def text_of(self, turns: Iterable[int] | None = None) -> str:
         idx = range(len(self.turns)) if turns is None else turns
@@ -291,6 +302,7 @@ class _Builder:
         say: str = "",
         binds: Sequence[tuple[str, str, str, str, str, str]] = (),
         regen: Sequence[tuple[str, str, str]] = (),
+        aliases: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         """One bash call and its result. ``binds``: (name, value, kind, note, phrase,
         vague) of non-regenerable values in the output; ``regen``: (name, value, kind) of
@@ -304,7 +316,9 @@ class _Builder:
         for name, value, kind, note, phrase, vague in binds:
             assert value in output, (name, value)
             if not any(p.name == name for p in self.planted):
-                self.planted.append(Planted(name, value, kind, False, first + 1, note, phrase, vague))
+                self.planted.append(
+                    Planted(name, value, kind, False, first + 1, note, phrase, vague, (aliases or {}).get(name, ()))
+                )
             names.append(name)
         for name, value, kind in regen:
             assert value in output, (name, value)
@@ -552,6 +566,7 @@ def _k8s(b: _Builder, filler: int) -> Conversation:
         recap="updated the image to v2.14.0",
         binds=[("deployment", "deployment.apps/api", "k8s_resource", "the deployment changed",
                 "the deployment is deployment.apps/api", "the deployment was updated")],
+        aliases={"deployment": ("deployment/api",)},
     )
     b.run(
         "kubectl -n shop rollout status deployment/api --timeout=120s",
@@ -651,7 +666,8 @@ def _kafka(b: _Builder, filler: int) -> Conversation:
         recap="recorded the current offsets",
         binds=[(f"offset_before_{p}", str(c), "kafka_offset",
                 f"offset of invoices partition {p} before the reset",
-                f"partition {p} was at offset {c}", f"partition {p} was at its previous offset") for p, c in enumerate(cur)],
+                f"before the reset topic invoices partition {p} offset {c}",
+                f"partition {p} was at its previous offset") for p, c in enumerate(cur)],
     )
     rows2 = "\n".join(f"billing-consumer invoices  {p}          {n}" for p, n in enumerate(new))
     b.run(
@@ -660,7 +676,7 @@ def _kafka(b: _Builder, filler: int) -> Conversation:
         f"GROUP            TOPIC     PARTITION  NEW-OFFSET\n{rows2}",
         recap="reset the offsets to 08:00",
         binds=[(f"offset_after_{p}", str(n), "kafka_offset", f"new offset of partition {p}",
-                f"partition {p} now at offset {n}", f"partition {p} was rewound") for p, n in enumerate(new)],
+                f"now topic invoices partition {p} offset {n}", f"partition {p} was rewound") for p, n in enumerate(new)],
     )
     b.say("Offsets are rewound. The consumers will reprocess from 08:00; I will watch for duplicates.")
     b.filler(filler, late=True)
@@ -847,7 +863,9 @@ def _tail_start(conv: Conversation, keep_last: int, floor: int = 0) -> int:
 
 def _truth(before: Conversation, after: Conversation, alter: Mapping[str, str], compacted: Sequence[int]) -> Compaction:
     text = after.text_of()
-    gone = frozenset(p.value for p in before.bindings if not _visible(p.value, text))
+    gone = frozenset(
+        p.value for p in before.bindings if not any(_visible(v, text) for v in (p.value,) + p.aliases)
+    )
     # a short SHA survives when its full SHA is visible (prefix alias)
     gone = frozenset(v for v in gone if not re.search(r"(?<![0-9a-fA-F])" + re.escape(v) + r"[0-9a-fA-F]+", text))
     regen_gone = frozenset(p.value for p in before.regenerable if not _visible(p.value, text))
@@ -964,6 +982,11 @@ def compact(
     return replace(c, style=style)
 
 
+def benign_truncation(conv: Conversation) -> Compaction:
+    """Plain truncation that cuts only the read-only head (before the first binding)."""
+    return compact(conv, "truncation", keep_last=len(conv.turns) - conv.first_binding_step())
+
+
 def mask(conv: Conversation, turns: Iterable[int], placeholder: str = CLEARED) -> Compaction:
     """Replace the tool results at ``turns`` with ``placeholder`` (in-place masking)."""
     idx = set(turns)
@@ -1041,6 +1064,7 @@ __all__ = [
     "MASK_STYLES",
     "build_task",
     "compact",
+    "benign_truncation",
     "mask",
     "write_summary",
     "transcript",
