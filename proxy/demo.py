@@ -44,6 +44,7 @@ __all__ = [
     "run",
     "run_demo",
     "running_gate",
+    "start_app",
 ]
 
 POLICIES: tuple[str, str] = ("audit", "default")
@@ -135,7 +136,8 @@ def _describe_binding(item: Mapping[str, Any]) -> str:
 # -- running the pieces ---------------------------------------------------------------
 
 
-async def _start(app: web.Application, host: str) -> tuple[web.AppRunner, str]:
+async def start_app(app: web.Application, host: str = "127.0.0.1") -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on a free port of ``host``; returns the runner and the base URL."""
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, 0)
@@ -172,7 +174,7 @@ async def running_gate(
     policy: str, upstream_url: str, host: str = "127.0.0.1"
 ) -> AsyncIterator[str]:
     """A proxy under ``policy`` in front of ``upstream_url``; yields its base URL."""
-    runner, url = await _start(build_gate_app(demo_config(policy, upstream_url)), host)
+    runner, url = await start_app(build_gate_app(demo_config(policy, upstream_url)), host)
     try:
         yield url
     finally:
@@ -306,7 +308,7 @@ async def run_demo(
 ) -> DemoOutcome:
     """Run the whole demo; print the report to ``out``; optionally stay up until ``stop``."""
     out = out or sys.stdout
-    upstream_runner, upstream_url = await _start(create_upstream_app(), "127.0.0.1")
+    upstream_runner, upstream_url = await start_app(create_upstream_app(), "127.0.0.1")
     try:
         async with contextlib.AsyncExitStack() as stack:
             runs: list[DemoRun] = []

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -103,14 +103,20 @@ _PYTEST_SLOW = "\n".join(
     ]
 )
 
+def _apply_output(revision: str) -> str:
+    return (
+        "INFO  [alembic.runtime.migration] Context impl PostgresqlImpl.\n"
+        "INFO  [alembic.runtime.migration] Will assume transactional DDL.\n"
+        "INFO  [alembic.runtime.migration] Running upgrade -> add_orders_status_index\n"
+        f"Migration applied. Rollback target (previous head): revision {revision}"
+    )
+
+
 #: (instruction, tool output) of each working step. The first one binds the revision.
 STEPS: tuple[tuple[str, str], ...] = (
     (
         "Apply the pending migration for the orders service: run `alembic upgrade head`.",
-        "INFO  [alembic.runtime.migration] Context impl PostgresqlImpl.\n"
-        "INFO  [alembic.runtime.migration] Will assume transactional DDL.\n"
-        "INFO  [alembic.runtime.migration] Running upgrade -> add_orders_status_index\n"
-        f"Migration applied. Rollback target (previous head): revision {DEMO_REVISION}",
+        _apply_output(DEMO_REVISION),
     ),
     ("Run the smoke tests: `pytest tests/smoke -q`.", _PYTEST_FAST),
     ("Check the API log for errors: `tail -n 30 logs/orders-api.log`.", _LOG_LINES),
@@ -119,6 +125,14 @@ STEPS: tuple[tuple[str, str], ...] = (
 )
 
 _DOWNGRADE = re.compile(r"alembic\s+downgrade\s+(\S+)")
+
+#: How the agent compacts: ``summarize`` (a summarization call, then the history restarts
+#: from the summary, like Claude Code) or ``truncate`` (the head is dropped, no summary,
+#: like a sliding window).
+Compaction = Literal["summarize", "truncate"]
+
+#: Called with (request body sent, response payload received, HTTP status) per request.
+Recorder = Callable[[dict[str, Any], dict[str, Any], int], Awaitable[None] | None]
 
 
 @dataclass
@@ -145,10 +159,11 @@ class StoryResult:
     final_command: str | None = None
     final_error: str | None = None
     conversation: str = ""
+    revision: str = DEMO_REVISION
 
     @property
     def summary_kept_revision(self) -> bool:
-        return DEMO_REVISION in self.summary
+        return self.revision in self.summary
 
     @property
     def rollback_revision(self) -> str | None:
@@ -157,7 +172,7 @@ class StoryResult:
 
     @property
     def rollback_correct(self) -> bool:
-        return self.rollback_revision == DEMO_REVISION
+        return self.rollback_revision == self.revision
 
     def action_of(self, label: str) -> str:
         for step in self.steps:
@@ -178,10 +193,15 @@ async def _chat(
     label: str,
     headers: Mapping[str, str],
     model: str,
+    recorder: Recorder | None = None,
 ) -> dict[str, Any]:
     body = {"model": model, "messages": messages, "tools": TOOLS}
     async with session.post(f"{base_url}/chat/completions", json=body, headers=dict(headers)) as resp:
         payload = await resp.json(content_type=None)
+        if recorder is not None and isinstance(payload, dict):
+            maybe = recorder(json.loads(json.dumps(body)), payload, resp.status)
+            if maybe is not None:
+                await maybe
         record = StepRecord(
             label=label,
             status=resp.status,
@@ -225,38 +245,51 @@ async def run_story(
     model: str = "gpt-4o-mini",
     extra_headers: Mapping[str, str] | None = None,
     session: aiohttp.ClientSession | None = None,
+    compaction: Compaction = "summarize",
+    revision: str = DEMO_REVISION,
+    service: str = "orders",
+    recorder: Recorder | None = None,
 ) -> StoryResult:
-    """Play the story against ``base_url`` (an OpenAI base URL ending in ``/v1``)."""
+    """Play the story against ``base_url`` (an OpenAI base URL ending in ``/v1``).
+
+    ``revision`` and ``service`` vary the story (distinct conversations for load and
+    replay tests); ``recorder`` sees every request body and response payload.
+    """
     headers = {"Authorization": f"Bearer {api_key}", **(extra_headers or {})}
-    result = StoryResult(base_url=base_url)
+    result = StoryResult(base_url=base_url, revision=revision)
+    steps = [(instr.replace("orders service", f"{service} service"), out) for instr, out in STEPS]
+    steps[0] = (steps[0][0], _apply_output(revision))
     own = session is None
     http = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
     try:
         history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
-        for n, (instruction, output) in enumerate(STEPS, start=1):
+        for n, (instruction, output) in enumerate(steps, start=1):
             history.append({"role": "user", "content": instruction})
-            payload = await _chat(http, base_url, history, result, f"step {n}", headers, model)
+            payload = await _chat(http, base_url, history, result, f"step {n}", headers, model, recorder)
             assistant = _assistant_message(payload, f"step {n}")
             history.append(assistant)
             call = _command_of(assistant)
             if call is None:
                 continue
             history.append({"role": "tool", "tool_call_id": call[0], "content": output})
-            payload = await _chat(http, base_url, history, result, f"step {n} result", headers, model)
+            payload = await _chat(http, base_url, history, result, f"step {n} result", headers, model, recorder)
             history.append(_assistant_message(payload, f"step {n} result"))
 
         result.messages_before_compaction = len(history)
-        summarize = [*history, {"role": "user", "content": COMPACT_INSTRUCTION}]
-        payload = await _chat(http, base_url, summarize, result, "summarize", headers, model)
-        result.summary = str(_assistant_message(payload, "summarize").get("content") or "")
-
-        compacted: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": CONTINUATION_PREFIX + result.summary},
-            {"role": "user", "content": ROLLBACK_INSTRUCTION},
-        ]
-        result.messages_after_compaction = len(compacted)
-        payload = await _chat(http, base_url, compacted, result, "next action", headers, model)
+        compacted: list[dict[str, Any]]
+        if compaction == "summarize":
+            summarize = [*history, {"role": "user", "content": COMPACT_INSTRUCTION}]
+            payload = await _chat(http, base_url, summarize, result, "summarize", headers, model, recorder)
+            result.summary = str(_assistant_message(payload, "summarize").get("content") or "")
+            compacted = [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": CONTINUATION_PREFIX + result.summary},
+            ]
+        else:  # sliding window: keep the system prompt and the last working step only
+            compacted = [history[0], *history[-4:]]
+        compacted.append({"role": "user", "content": ROLLBACK_INSTRUCTION})
+        result.messages_after_compaction = len(compacted) - 1
+        payload = await _chat(http, base_url, compacted, result, "next action", headers, model, recorder)
         result.final_status = int(payload.get("status", 0))
         if result.final_status >= 400:
             error = payload.get("error")

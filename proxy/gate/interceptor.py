@@ -222,7 +222,7 @@ class GateInterceptor:
             policy=policy.name,
             **details,
         )
-        self._count_metrics(kind, details)
+        self._count_metrics(kind, action, details)
         if cid is not None and hasattr(self.tracker, "add_event"):
             try:
                 message = details.get("message", "")
@@ -237,7 +237,7 @@ class GateInterceptor:
             except Exception:
                 log.exception("could not append the gate event to the conversation")
 
-    def _count_metrics(self, kind: str, details: dict[str, Any]) -> None:
+    def _count_metrics(self, kind: str, action: str, details: dict[str, Any]) -> None:
         """Translate one recorded event into metrics (kinds only, never values)."""
         m = self.metrics
         if kind == "compaction":
@@ -251,7 +251,7 @@ class GateInterceptor:
         elif kind in ("reinject", "reinject_sticky"):
             for b in details.get("reinjected") or ():
                 m.binding_reinjected(str(b.get("kind")))
-        elif kind == "summarization" and details.get("required"):
+        elif kind == "summarization" and action == "gate":
             m.summarization_gated()
         elif kind == "tripwire":
             m.tripwire_hit(len(details.get("hallucinated") or ()) or 1)

@@ -78,7 +78,7 @@ function point(t, i) {
 
 function binding(b) {
   if (typeof b === "string") return { value: b, kind: "", source: "" };
-  const src = pick(b, ["source", "origin"], "");
+  const src = pick(b, ["where", "source", "origin"], "");
   let source = "";
   if (typeof src === "string") source = src;
   else if (src && typeof src === "object") {
@@ -89,9 +89,10 @@ function binding(b) {
   }
   return {
     value: String(pick(b, ["value", "before", "original"], "")),
-    now: pick(b, ["after", "now", "altered_to", "seen_as"], null),
+    now: pick(b, ["altered_to", "after", "now", "seen_as"], null),
     kind: String(pick(b, ["kind"], "") || ""),
     source,
+    required: pick(b, ["required"], null),
   };
 }
 
@@ -245,8 +246,10 @@ function renderChart(c) {
 function diffColumn(cls, title, items) {
   const ul = el("ul");
   if (!items.length) ul.append(el("li", { class: "none", text: "none" }));
-  for (const b of items) {
-    const li = el("li", {}, el("code", { class: "value", text: b.value }));
+  const ordered = items.slice().sort((a, b) => (b.required === true) - (a.required === true));
+  for (const b of ordered) {
+    const li = el("li", { class: b.required === false ? "not-required" : "required" },
+                  el("code", { class: "value", text: b.value }));
     if (b.now !== null && b.now !== undefined && b.now !== "") li.append(" → ", el("code", { text: String(b.now) }));
     if (b.kind) li.append(el("span", { class: "kind", text: b.kind }));
     if (b.source) li.append(el("span", { class: "src", text: b.source }));
@@ -255,11 +258,27 @@ function diffColumn(cls, title, items) {
   return el("div", { class: "diff-col " + cls }, el("h3", { text: title + " (" + items.length + ")" }), ul);
 }
 
+/* A re-injection is recorded as its own event for the same request as the compaction
+ * it repairs; show them as one card: dropped / altered / re-injected side by side. */
+function mergeRepairs(list) {
+  const byRequest = new Map();
+  for (const e of list) {
+    if (e.type === "compaction" && e.requestSeq !== null) byRequest.set(e.conversation + "#" + e.requestSeq, e);
+  }
+  return list.filter((e) => {
+    if (e.type !== "reinject" || e.requestSeq === null) return true;
+    const target = byRequest.get(e.conversation + "#" + e.requestSeq);
+    if (!target) return true;
+    target.reinjected = target.reinjected.concat(e.reinjected);
+    return false;
+  });
+}
+
 function renderEvents(events, title) {
   const box = document.getElementById("events");
   document.getElementById("events-title").textContent = title;
   box.replaceChildren();
-  const list = events.map(ev).reverse();
+  const list = mergeRepairs(events.map(ev)).reverse();
   document.getElementById("no-events").hidden = list.length > 0;
   for (const e of list) {
     const destructive = e.verdict === "destructive";
