@@ -113,7 +113,7 @@ def patch_summary_json(
         parsed = json.loads(body)
     except ValueError:
         return body, []
-    if not isinstance(parsed, dict) or "error" in parsed and parsed.get("type") != "message":
+    if not isinstance(parsed, dict) or parsed.get("error") or parsed.get("type") == "error":
         return body, []
     missing = missing_bindings(response_text(api, parsed), bindings)
     if not missing:

@@ -1,0 +1,130 @@
+"""The Responses API through the gate, and the tripwire blocking an invented identifier."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e import story
+from tests.e2e.stack import GateStack
+from tests.support.fake_upstream import Call, Reply, ToolCall
+
+KEY = "sk-test-responses"
+TOOL = {"type": "function", "name": "bash", "description": "Run a shell command",
+        "parameters": story.BASH_OPENAI["function"]["parameters"]}
+
+
+class ResponsesAgent:
+    def __init__(self, client: openai.OpenAI, stream: bool) -> None:
+        self.client, self.stream = client, stream
+        self.items: list[dict[str, Any]] = []
+
+    def call(self, items: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+        kw = dict(model="gpt-4o", instructions=story.SYSTEM, input=items, tools=[TOOL])
+        if self.stream:
+            with self.client.responses.stream(**kw) as s:
+                resp = s.get_final_response()
+        else:
+            resp = self.client.responses.create(**kw)
+        calls = [{"type": "function_call", "call_id": o.call_id, "name": o.name, "arguments": o.arguments}
+                 for o in resp.output if o.type == "function_call"]
+        return resp.output_text, calls
+
+    def user(self, text: str) -> None:
+        self.items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+
+    def work(self, ask: str) -> None:
+        self.user(ask)
+        for _ in range(10):
+            text, calls = self.call(self.items)
+            if not calls:
+                self.items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+                return
+            for c in calls:
+                self.items.append(c)
+                self.items.append({"type": "function_call_output", "call_id": c["call_id"],
+                                   "output": story.run_tool(json.loads(c["arguments"])["cmd"])})
+
+    def summarize(self) -> str:
+        text, _ = self.call(self.items + [{"type": "message", "role": "user", "content": story.CC_SUMMARY_MARKER + "."}])
+        return text
+
+    def compact(self, summary: str) -> None:
+        tail = self.items[-3:]
+        self.items = []
+        self.user(story.CONTINUATION + summary)
+        self.items.extend(tail)
+
+
+@pytest.fixture
+def stack():
+    s = GateStack("default", story.responder)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_reinject_gives_the_right_rollback(stack: GateStack, stream: bool) -> None:
+    agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), stream)
+    agent.work(story.TASK)
+    agent.compact(story.LOSSY_SUMMARY)
+    agent.user(story.ROLLBACK_ASK)
+    _, calls = agent.call(agent.items)
+    assert story.rollback_target(calls[0]["arguments"]) == story.REVISION
+    assert ("compaction", "reinject") in [(e["kind"], e["action"]) for e in stack.events()]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_summary_gate(stack: GateStack, stream: bool) -> None:
+    agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), stream)
+    agent.work(story.TASK)
+    summary = agent.summarize()
+    assert summary.startswith(story.LOSSY_SUMMARY[:40]) and story.REVISION in summary
+
+
+def inventing_responder(call: Call) -> Reply:
+    """A model that ignores its context when asked to roll back (always invents)."""
+    if "roll back" in call.last_user_text().lower() and "Running downgrade" not in call.all_text():
+        return Reply(tool_calls=[ToolCall("bash", {"cmd": f"alembic downgrade {story.INVENTED}"})])
+    return story.responder(call)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tripwire_blocks_an_invented_revision(stream: bool) -> None:
+    stack = GateStack("default", inventing_responder)
+    try:
+        agent = story.OpenAIAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), stream)
+        agent.work(story.TASK)
+        agent.compact(story.LOSSY_SUMMARY)
+        if stream:
+            with pytest.raises(openai.APIError) as ei:
+                agent.next_action(story.ROLLBACK_ASK)
+            assert story.INVENTED in str(ei.value) and story.REVISION in str(ei.value)
+        else:
+            agent.messages.append({"role": "user", "content": story.ROLLBACK_ASK})
+            r = agent.client.chat.completions.create(model="gpt-4o", messages=agent.messages, tools=[story.BASH_OPENAI])
+            m = r.choices[0].message
+            assert not m.tool_calls  # the invented call never reaches the agent's executor
+            assert story.INVENTED in m.content and story.REVISION in m.content
+        trip = [e for e in stack.events() if e["kind"] == "tripwire"]
+        assert trip and trip[-1]["tripwire"] == "block"
+    finally:
+        stack.close()
+
+
+def test_tripwire_blocks_in_anthropic_streams() -> None:
+    import anthropic
+
+    stack = GateStack("default", inventing_responder)
+    try:
+        agent = story.AnthropicAgent(anthropic.Anthropic(api_key=KEY, base_url=stack.url, max_retries=0), stream=True)
+        agent.work(story.TASK)
+        agent.compact(story.LOSSY_SUMMARY)
+        with pytest.raises(anthropic.APIError) as ei:
+            agent.next_action(story.ROLLBACK_ASK)
+        assert story.INVENTED in str(ei.value)
+    finally:
+        stack.close()
