@@ -1,0 +1,123 @@
+"""The command line: subcommand registry, serve flags, config errors, a real process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from proxy import cli
+from proxy.config import ProxyConfig, ServerSettings, Upstream
+from proxy.server.app import create_app
+from proxy.server.runner import start_server
+from tests.support.fake_upstream import FakeUpstream
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_no_subcommand_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "serve" in capsys.readouterr().err
+
+
+def test_serve_flags_parse() -> None:
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["serve", "--config", "c.yaml", "--host", "0.0.0.0", "--port", "9", "--upstream", "https://x/v1",
+         "--policy", "strict"]
+    )
+    assert (args.config, args.host, args.port, args.upstream, args.policy) == (
+        "c.yaml", "0.0.0.0", 9, "https://x/v1", "strict"
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--port", "70000"])
+
+
+def test_bad_config_exits_2_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  hots: x\n")
+    assert cli.main(["serve", "--config", str(path)]) == 2
+    assert f"{path}:2: unknown key 'hots' in server" in capsys.readouterr().err
+
+
+def test_bad_upstream_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", "--upstream", "nonsense"]) == 2
+    assert "base_url" in capsys.readouterr().err
+
+
+def test_registering_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("word")
+
+    def run(args: argparse.Namespace) -> int:
+        print(f"hello {args.word}")
+        return 7
+
+    cli.register_command(cli.Command("hello", "say hello", add_arguments, run))
+    try:
+        assert cli.main(["hello", "world"]) == 7
+        assert capsys.readouterr().out == "hello world\n"
+    finally:
+        del cli.COMMANDS["hello"]
+
+
+async def test_real_process_serves_and_stops_on_sigterm(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COMPACTION_GATE_CONFIG"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "proxy", "serve", "--port", "0", "--upstream", fake_upstream.openai_base_url,
+        cwd=str(tmp_path), env=env, stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        line = await asyncio.wait_for(proc.stderr.readline(), timeout=20)
+        listening = json.loads(line)
+        assert listening["msg"] == "listening"
+        url = listening["url"]
+        assert url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/healthz") as r:
+                assert (await r.json())["status"] == "ok"
+            async with s.post(url + "/v1/chat/completions", json={"model": "m", "messages": []}) as r:
+                assert r.status == 200
+        access = json.loads(await asyncio.wait_for(proc.stderr.readline(), timeout=5))
+        assert access["msg"] == "request" and access["route"] == "/v1/chat/completions"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), timeout=20)
+    assert code == 0
+    rest = (await proc.stderr.read()).decode()
+    assert '"msg": "stopped"' in rest
+
+
+async def test_graceful_shutdown_lets_inflight_stream_finish() -> None:
+    fake = FakeUpstream(stream_delay=0.05)
+    await fake.start()
+    config = ProxyConfig(
+        server=ServerSettings(port=0, shutdown_grace_seconds=10),
+        upstreams=(Upstream(name="f", base_url=fake.openai_base_url),),
+    )
+    server = await start_server(create_app(config), "127.0.0.1", 0, shutdown_grace_seconds=10)
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": " ".join("w" * 20)}]}
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(server.url + "/v1/chat/completions", json=body) as r:
+                assert (await r.content.readline()).startswith(b"data: ")
+                stopping = asyncio.create_task(server.stop())
+                await asyncio.sleep(0.1)
+                assert not stopping.done()  # waiting for the in-flight stream
+                rest = await r.read()
+        assert rest.endswith(b"data: [DONE]\n\n")
+        await asyncio.wait_for(stopping, timeout=10)
+        with pytest.raises(aiohttp.ClientConnectionError):
+            async with aiohttp.ClientSession() as s:
+                await s.get(server.url + "/healthz")
+    finally:
+        await fake.close()
