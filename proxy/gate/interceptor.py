@@ -364,6 +364,10 @@ class GateInterceptor:
         new_body: dict[str, Any] | None = None
         reject: Reject | None = None
 
+        if analysis is not None and hasattr(self.tracker, "set_transition"):
+            # the timeline shows the classified kind (summarize, truncate …), not the relation
+            self.tracker.set_transition(cid, obs.seq, analysis.transition.kind)
+
         if analysis is not None and analysis.transition.kind == "reset":
             st.pending, st.armed = None, 0
 

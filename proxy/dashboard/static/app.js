@@ -33,6 +33,7 @@ function asList(data, key) {
 }
 
 function num(v) {
+  if (v === null || v === undefined || v === "" || typeof v === "boolean") return null;
   const n = Number(v);
   return Number.isFinite(n) ? n : null;
 }
@@ -228,8 +229,11 @@ function renderChart(c) {
     const mark = svg("line", { x1: x(i), y1: T, x2: x(i), y2: H - B, class: cls, "data-kind": p.kind });
     mark.append(svg("title", {}, `request ${p.index}: ${p.kind}${p.destructive ? " (destructive)" : ""}`));
     root.append(mark);
-    root.append(svg("text", { x: x(i) + 4, y: T + 10, class: "marker-label" + (p.destructive ? " destructive" : "") },
-                    p.kind + (p.destructive ? " ✕" : "")));
+    const nearRight = x(i) > W - R - 120;
+    root.append(svg("text", { x: nearRight ? x(i) - 4 : x(i) + 4, y: T + 10,
+                              "text-anchor": nearRight ? "end" : "start",
+                              class: "marker-label" + (p.destructive ? " destructive" : "") },
+                    p.kind + (p.destructive ? " (destructive)" : "")));
   });
   const path = pts.map((p, i) => (i ? "L" : "M") + x(i).toFixed(1) + " " + y(p.tokens).toFixed(1)).join(" ");
   root.append(svg("path", { d: path, class: "tokens-line" }));
