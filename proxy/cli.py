@@ -66,7 +66,7 @@ def register(name: str, help: str, module: str) -> None:
     """
 
     def _load() -> _CommandModule:
-        loaded: _CommandModule = importlib.import_module(module)  # type: ignore[assignment]
+        loaded: _CommandModule = importlib.import_module(module)
         return loaded
 
     register_command(
@@ -83,7 +83,11 @@ def register(name: str, help: str, module: str) -> None:
 register("serve", "run the proxy", "proxy.server.cli")
 register("demo", "see what the gate does, offline, in one command", "proxy.demo")
 register("replay", "audit recorded traffic (JSONL) offline", "proxy.replay")
-register("check", "offline audit of one transition (exit 0 safe, 3 destructive, 2 bad input)", "proxy.check")
+register(
+    "check",
+    "offline audit of one transition (exit 0 safe, 3 destructive, 2 bad input)",
+    "proxy.check",
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -161,7 +161,7 @@ class LocatedList(list[Any]):
         return self.line
 
 
-class _LocatingLoader(yaml.SafeLoader):
+class _LocatingLoader(yaml.SafeLoader):  # type: ignore[misc,unused-ignore]
     """SafeLoader producing :class:`LocatedMap` / :class:`LocatedList`."""
 
     source_name: str = "<config>"
@@ -421,7 +421,11 @@ def _convert(tp: Any, value: Any, ctx: _Ctx, line: int, where: str, *, expand: b
         for i, item in enumerate(value):
             item_line = value.line_of(i) if isinstance(value, LocatedList) else line
             try:
-                items.append(_convert(item_tp, item, ctx, item_line, f"{ctx.label(where)}[{i}]", expand=expand))
+                items.append(
+                    _convert(
+                        item_tp, item, ctx, item_line, f"{ctx.label(where)}[{i}]", expand=expand
+                    )
+                )
             except _Failed:
                 ok = False
         if not ok:
@@ -489,9 +493,8 @@ def _convert_scalar(tp: type, value: Any, ctx: _Ctx, line: int, where: str, *, e
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
+    elif tp is str and isinstance(value, str):
+        return value
     ctx.error(line, f"{ctx.label(where)}: expected {_type_name(tp)}, got {_describe(value)}")
     raise _Failed
 
@@ -567,5 +570,3 @@ def _build_dataclass(cls: type, value: Any, ctx: _Ctx, line: int, where: str) ->
 def field_names(cls: type) -> list[str]:
     """YAML keys accepted by dataclass ``cls`` (for docs and error hints)."""
     return [_field_options(f)[0] for f in dataclasses.fields(cls) if f.init]
-
-

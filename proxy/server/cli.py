@@ -44,9 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="send every request to this provider base URL, e.g. https://api.openai.com/v1 "
         "or https://api.anthropic.com (replaces the configured upstreams)",
     )
-    parser.add_argument(
-        "--policy", metavar="NAME|FILE", help="policy preset name or policy file"
-    )
+    parser.add_argument("--policy", metavar="NAME|FILE", help="policy preset name or policy file")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -111,5 +111,5 @@ def sse_error_event(dialect: DialectName, err: ProxyError) -> bytes:
     """
     body = error_body(dialect, err).decode("utf-8")
     if dialect == "anthropic":
-        return f"event: error\ndata: {body}\n\n".encode("utf-8")
-    return f"data: {body}\n\n".encode("utf-8")
+        return f"event: error\ndata: {body}\n\n".encode()
+    return f"data: {body}\n\n".encode()

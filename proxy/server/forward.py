@@ -38,7 +38,7 @@ from proxy.server.sse import SSESplitter
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, select_upstream, target_url
 
-__all__ = ["GATE_HEADERS", "proxy_handler", "RequestRecord"]
+__all__ = ["GATE_HEADERS", "RequestRecord", "proxy_handler"]
 
 H_CONVERSATION = "x-compaction-gate-conversation"
 H_ACTION = "x-compaction-gate-action"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from proxy.server.hooks import ApiKind, DialectName
 
-__all__ = ["Route", "classify", "detect_dialect", "JSON_KINDS"]
+__all__ = ["JSON_KINDS", "Route", "classify", "detect_dialect"]
 
 _EXACT: dict[str, tuple[ApiKind, DialectName | None]] = {
     "/v1/chat/completions": ("chat", "openai"),

@@ -14,7 +14,7 @@ __all__ = ["SSESplitter"]
 class SSESplitter:
     """Feed chunks with :meth:`feed`; get back the events completed so far."""
 
-    __slots__ = ("_buf", "_scan", "_line_start")
+    __slots__ = ("_buf", "_line_start", "_scan")
 
     def __init__(self) -> None:
         self._buf = bytearray()

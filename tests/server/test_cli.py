@@ -30,17 +30,34 @@ def test_no_subcommand_is_usage_error(capsys: pytest.CaptureFixture[str]) -> Non
 def test_serve_flags_parse() -> None:
     parser = cli.build_parser()
     args = parser.parse_args(
-        ["serve", "--config", "c.yaml", "--host", "0.0.0.0", "--port", "9", "--upstream", "https://x/v1",
-         "--policy", "strict"]
+        [
+            "serve",
+            "--config",
+            "c.yaml",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9",
+            "--upstream",
+            "https://x/v1",
+            "--policy",
+            "strict",
+        ]
     )
     assert (args.config, args.host, args.port, args.upstream, args.policy) == (
-        "c.yaml", "0.0.0.0", 9, "https://x/v1", "strict"
+        "c.yaml",
+        "0.0.0.0",
+        9,
+        "https://x/v1",
+        "strict",
     )
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--port", "70000"])
 
 
-def test_bad_config_exits_2_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_config_exits_2_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("server:\n  hots: x\n")
     assert cli.main(["serve", "--config", str(path)]) == 2
@@ -68,12 +85,23 @@ def test_registering_a_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
         del cli.COMMANDS["hello"]
 
 
-async def test_real_process_serves_and_stops_on_sigterm(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+async def test_real_process_serves_and_stops_on_sigterm(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COMPACTION_GATE_CONFIG"}
     env["PYTHONPATH"] = str(REPO)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--port", "0", "--upstream", fake_upstream.openai_base_url,
-        cwd=str(tmp_path), env=env, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        "0",
+        "--upstream",
+        fake_upstream.openai_base_url,
+        cwd=str(tmp_path),
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None
     try:
@@ -85,7 +113,9 @@ async def test_real_process_serves_and_stops_on_sigterm(fake_upstream: FakeUpstr
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/healthz") as r:
                 assert (await r.json())["status"] == "ok"
-            async with s.post(url + "/v1/chat/completions", json={"model": "m", "messages": []}) as r:
+            async with s.post(
+                url + "/v1/chat/completions", json={"model": "m", "messages": []}
+            ) as r:
                 assert r.status == 200
         access = json.loads(await asyncio.wait_for(proc.stderr.readline(), timeout=5))
         assert access["msg"] == "request" and access["route"] == "/v1/chat/completions"
@@ -105,15 +135,21 @@ async def test_graceful_shutdown_lets_inflight_stream_finish() -> None:
         upstreams=(Upstream(name="f", base_url=fake.openai_base_url),),
     )
     server = await start_server(create_app(config), "127.0.0.1", 0, shutdown_grace_seconds=10)
-    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": " ".join("w" * 20)}]}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [{"role": "user", "content": " ".join("w" * 20)}],
+    }
     try:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(server.url + "/v1/chat/completions", json=body) as r:
-                assert (await r.content.readline()).startswith(b"data: ")
-                stopping = asyncio.create_task(server.stop())
-                await asyncio.sleep(0.1)
-                assert not stopping.done()  # waiting for the in-flight stream
-                rest = await r.read()
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(server.url + "/v1/chat/completions", json=body) as r,
+        ):
+            assert (await r.content.readline()).startswith(b"data: ")
+            stopping = asyncio.create_task(server.stop())
+            await asyncio.sleep(0.1)
+            assert not stopping.done()  # waiting for the in-flight stream
+            rest = await r.read()
         assert rest.endswith(b"data: [DONE]\n\n")
         await asyncio.wait_for(stopping, timeout=10)
         with pytest.raises(aiohttp.ClientConnectionError):

@@ -35,7 +35,9 @@ def test_embedded_defaults() -> None:
     assert config.default.name == "openai"
     assert config.default.base_url == "https://api.openai.com/v1"
     anthropic = config.upstreams[1]
-    assert anthropic.base_url == "https://api.anthropic.com" and anthropic.matches_model("claude-opus-4")
+    assert anthropic.base_url == "https://api.anthropic.com" and anthropic.matches_model(
+        "claude-opus-4"
+    )
     assert config.state.backend == "sqlite" and config.policy == "default" and config.gate.fail_open
 
 
@@ -78,23 +80,41 @@ def test_env_expansion_for_api_key_and_port(tmp_path: Path) -> None:
 
 
 def test_missing_env_var_names_file_line_and_var(tmp_path: Path) -> None:
-    path = write(tmp_path, "upstreams:\n  - name: o\n    base_url: https://x.test\n    api_key: ${NOPE_KEY}\n")
+    path = write(
+        tmp_path,
+        "upstreams:\n  - name: o\n    base_url: https://x.test\n    api_key: ${NOPE_KEY}\n",
+    )
     with pytest.raises(ConfigError) as info:
         load_config(path, environ={})
-    assert str(info.value) == f"{path}:4: upstreams[0].api_key: environment variable NOPE_KEY is not set"
+    assert (
+        str(info.value)
+        == f"{path}:4: upstreams[0].api_key: environment variable NOPE_KEY is not set"
+    )
     assert info.value.line == 4 and info.value.file == str(path)
 
 
 @pytest.mark.parametrize(
     ("text", "line", "fragment"),
     [
-        ("server:\n  upstrem: x\n", 2, "unknown key 'upstrem' in server (expected one of: host, port,"),
+        (
+            "server:\n  upstrem: x\n",
+            2,
+            "unknown key 'upstrem' in server (expected one of: host, port,",
+        ),
         ("server:\n  port: '80'\n", 2, "server.port: expected integer, got string"),
         ("server:\n  port: 70000\n", 2, "port must be between 0 and 65535"),
         ("server:\n  read_timeout: -1\n", 2, "read_timeout must be positive"),
         ("gate:\n  fail_open: maybe\n", 2, "gate.fail_open: expected boolean, got string"),
-        ("state:\n  backend: redis\n", 2, "invalid value 'redis' (expected one of: sqlite, memory)"),
-        ("upstreams:\n  - name: a\n    base_url: ftp://x\n", 3, "base_url must be an absolute http(s) URL"),
+        (
+            "state:\n  backend: redis\n",
+            2,
+            "invalid value 'redis' (expected one of: sqlite, memory)",
+        ),
+        (
+            "upstreams:\n  - name: a\n    base_url: ftp://x\n",
+            3,
+            "base_url must be an absolute http(s) URL",
+        ),
         ("upstreams:\n  - base_url: https://x\n", 2, "missing required key 'name' in upstreams[0]"),
         ("upstreams: []\n", 1, "at least one upstream is required"),
         (
@@ -103,14 +123,20 @@ def test_missing_env_var_names_file_line_and_var(tmp_path: Path) -> None:
             "duplicate upstream name(s): a",
         ),
         ("default_upstream: nope\n", 1, "default_upstream 'nope' is not one of: openai, anthropic"),
-        ("upstreams:\n  - name: a\n    base_url: https://a\n    models: claude-*\n", 4, "expected a list"),
+        (
+            "upstreams:\n  - name: a\n    base_url: https://a\n    models: claude-*\n",
+            4,
+            "expected a list",
+        ),
         ("polcy: strict\n", 1, "unknown key 'polcy' in config"),
         ("server: [1]\n", 1, "server: expected a mapping, got list"),
         ("server:\n  port: 1\n  port: 2\n", 3, "duplicate key 'port' (first defined on line 2)"),
         ("server:\n  port: [\n", 3, "invalid YAML"),
     ],
 )
-def test_validation_errors_name_file_and_line(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+def test_validation_errors_name_file_and_line(
+    tmp_path: Path, text: str, line: int, fragment: str
+) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path)

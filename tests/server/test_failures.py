@@ -23,20 +23,26 @@ MSG = json.dumps(
     {"model": "claude-fake-1", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 ).encode()
 OPENAI_H = {"content-type": "application/json", "authorization": "Bearer sk-test"}
-ANTHROPIC_H = {"content-type": "application/json", "x-api-key": "sk-ant", "anthropic-version": "2023-06-01"}
+ANTHROPIC_H = {
+    "content-type": "application/json",
+    "x-api-key": "sk-ant",
+    "anthropic-version": "2023-06-01",
+}
 
 
 async def request(
     method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None
 ) -> tuple[int, aiohttp.typedefs.LooseHeaders, Any]:
-    async with aiohttp.ClientSession() as s:
-        async with s.request(method, url, data=body, headers=headers or OPENAI_H) as r:
-            raw = await r.read()
-            try:
-                parsed: Any = json.loads(raw)
-            except ValueError:
-                parsed = raw
-            return r.status, r.headers, parsed
+    async with (
+        aiohttp.ClientSession() as s,
+        s.request(method, url, data=body, headers=headers or OPENAI_H) as r,
+    ):
+        raw = await r.read()
+        try:
+            parsed: Any = json.loads(raw)
+        except ValueError:
+            parsed = raw
+        return r.status, r.headers, parsed
 
 
 async def assert_still_serving(stack: ProxyStack) -> None:
@@ -71,7 +77,9 @@ def fast_stack(make_stack: Callable[..., ProxyStack]) -> ProxyStack:
 
 async def test_upstream_timeout_gives_504_in_each_dialect(fast_stack: ProxyStack) -> None:
     fast_stack.fake.inject(Fault(delay=1.5), times=2)
-    status, headers, body = await request("POST", fast_stack.openai_base_url + "/chat/completions", CHAT)
+    status, headers, body = await request(
+        "POST", fast_stack.openai_base_url + "/chat/completions", CHAT
+    )
     assert status == 504
     openai_error(body, "upstream_timeout")
     assert headers["x-compaction-gate-action"] == "none"
@@ -110,19 +118,26 @@ def test_sdk_sees_error_when_upstream_dies_mid_stream(stack: ProxyStack) -> None
         for chunk in client.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "a b c d e f"}], stream=True
         ):
-            received.append(chunk)
+            received.append(chunk)  # noqa: PERF402 - partial results before the error
     assert len(received) == 3
-    assert client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "ok"}])
+    assert client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "ok"}]
+    )
 
 
-def test_anthropic_sdk_sees_error_event_on_mid_stream_timeout(make_stack: Callable[..., ProxyStack]) -> None:
+def test_anthropic_sdk_sees_error_event_on_mid_stream_timeout(
+    make_stack: Callable[..., ProxyStack],
+) -> None:
     stack = make_stack(server=ServerSettings(read_timeout=0.4))
     stack.fake.inject(Fault(stall_after_events=2))
     client = anthropic.Anthropic(api_key="sk", base_url=stack.url, max_retries=0)
     types = []
     with pytest.raises(anthropic.APIStatusError) as info:
         for event in client.messages.create(
-            model="claude-fake-1", max_tokens=5, messages=[{"role": "user", "content": "x y z"}], stream=True
+            model="claude-fake-1",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "x y z"}],
+            stream=True,
         ):
             types.append(event.type)
     assert types == ["message_start", "content_block_start"]
@@ -134,7 +149,9 @@ def test_anthropic_sdk_sees_error_event_on_mid_stream_timeout(make_stack: Callab
 async def test_client_disconnect_mid_stream_closes_upstream(stack: ProxyStack) -> None:
     stack.fake.inject(Fault(stall_after_events=2))
     async with aiohttp.ClientSession() as s:
-        resp = await s.post(stack.openai_base_url + "/chat/completions", data=CHAT_STREAM, headers=OPENAI_H)
+        resp = await s.post(
+            stack.openai_base_url + "/chat/completions", data=CHAT_STREAM, headers=OPENAI_H
+        )
         assert resp.status == 200
         first = await resp.content.readline()
         assert first.startswith(b"data: ")
@@ -144,7 +161,9 @@ async def test_client_disconnect_mid_stream_closes_upstream(stack: ProxyStack) -
     await assert_still_serving(stack)
 
 
-async def test_client_disconnect_while_waiting_for_headers_closes_upstream(stack: ProxyStack) -> None:
+async def test_client_disconnect_while_waiting_for_headers_closes_upstream(
+    stack: ProxyStack,
+) -> None:
     stack.fake.inject(Fault(delay=30))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.3)) as s:
         with pytest.raises(TimeoutError):
@@ -157,7 +176,9 @@ async def test_client_disconnect_while_waiting_for_headers_closes_upstream(stack
 
 
 async def test_invalid_json(stack: ProxyStack) -> None:
-    status, headers, body = await request("POST", stack.openai_base_url + "/chat/completions", b'{"model": ')
+    status, headers, body = await request(
+        "POST", stack.openai_base_url + "/chat/completions", b'{"model": '
+    )
     assert status == 400
     openai_error(body, "invalid_json")
     assert headers["x-compaction-gate-conversation"] == "unknown"
@@ -172,7 +193,9 @@ async def test_invalid_json(stack: ProxyStack) -> None:
 
 async def test_wrong_content_type(stack: ProxyStack) -> None:
     headers = {**OPENAI_H, "content-type": "text/plain"}
-    status, _, body = await request("POST", stack.openai_base_url + "/chat/completions", CHAT, headers)
+    status, _, body = await request(
+        "POST", stack.openai_base_url + "/chat/completions", CHAT, headers
+    )
     assert status == 415
     assert "text/plain" in openai_error(body, "unsupported_content_type")["message"]
     assert stack.fake.requests == []
@@ -181,7 +204,9 @@ async def test_wrong_content_type(stack: ProxyStack) -> None:
 
 async def test_body_over_limit(make_stack: Callable[..., ProxyStack]) -> None:
     stack = make_stack(server=ServerSettings(max_body_bytes=1000))
-    big = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 5000}]}).encode()
+    big = json.dumps(
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 5000}]}
+    ).encode()
     status, _, body = await request("POST", stack.openai_base_url + "/chat/completions", big)
     assert status == 413
     openai_error(body, "request_too_large")
@@ -190,10 +215,12 @@ async def test_body_over_limit(make_stack: Callable[..., ProxyStack]) -> None:
         for i in range(0, len(big), 500):
             yield big[i : i + 500]
 
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.url + "/v1/messages", data=chunked(), headers=ANTHROPIC_H) as r:
-            assert r.status == 413
-            anthropic_error(await r.json(), "request_too_large")
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(stack.url + "/v1/messages", data=chunked(), headers=ANTHROPIC_H) as r,
+    ):
+        assert r.status == 413
+        anthropic_error(await r.json(), "request_too_large")
     assert stack.fake.requests == []
     await assert_still_serving(stack)
 

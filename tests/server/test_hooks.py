@@ -22,10 +22,13 @@ from tests.support.fake_upstream import Fault
 MESSAGES: list[Any] = [{"role": "user", "content": "deploy then roll back to rev 3f2a9c1b7d4e"}]
 
 
+FORWARD = Decision()
+
+
 class Recorder:
     """Interceptor returning a fixed decision and recording what it saw."""
 
-    def __init__(self, decision: Decision | Callable[[Exchange], Decision] = Decision()) -> None:
+    def __init__(self, decision: Decision | Callable[[Exchange], Decision] = FORWARD) -> None:
         self.decision = decision
         self.seen: list[Exchange] = []
 
@@ -137,7 +140,9 @@ def oa(stack: ProxyStack, *, direct: bool = False, retries: int = 0) -> openai.O
 
 
 def an(stack: ProxyStack, *, retries: int = 0) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key="sk-ant-SECRET-654321", base_url=stack.url, max_retries=retries)
+    return anthropic.Anthropic(
+        api_key="sk-ant-SECRET-654321", base_url=stack.url, max_retries=retries
+    )
 
 
 def test_taps_satisfy_protocol() -> None:
@@ -160,7 +165,12 @@ def test_exchange_describes_request_without_secrets(stack: ProxyStack) -> None:
     assert chat.json["messages"] == MESSAGES
     assert json.loads(chat.body) == chat.json
     assert chat.tenant == hashlib.sha256(b"sk-live-SECRET-123456").hexdigest()[:16]
-    assert (msg.dialect, msg.kind, msg.stream, msg.model) == ("anthropic", "messages", False, "claude-fake-1")
+    assert (msg.dialect, msg.kind, msg.stream, msg.model) == (
+        "anthropic",
+        "messages",
+        False,
+        "claude-fake-1",
+    )
     assert msg.tenant == hashlib.sha256(b"sk-ant-SECRET-654321").hexdigest()[:16]
     assert "anthropic-version" in msg.headers
     assert (models.kind, models.json, models.body, models.method) == ("models", None, b"", "GET")
@@ -174,15 +184,23 @@ def test_exchange_describes_request_without_secrets(stack: ProxyStack) -> None:
 async def test_exchange_for_raw_route(stack: ProxyStack) -> None:
     rec = Recorder()
     stack.interceptor = rec
-    async with aiohttp.ClientSession() as s:
-        async with s.post(
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
             stack.openai_base_url + "/echo/x?q=1",
             data=b"not json",
             headers={"content-type": "text/plain", "x-api-key": "k-1234", "anthropic-version": "1"},
-        ) as r:
-            assert r.status == 200
+        ) as r,
+    ):
+        assert r.status == 200
     (ex,) = rec.seen
-    assert (ex.kind, ex.dialect, ex.json, ex.body, ex.query) == ("raw", "anthropic", None, b"not json", "q=1")
+    assert (ex.kind, ex.dialect, ex.json, ex.body, ex.query) == (
+        "raw",
+        "anthropic",
+        None,
+        b"not json",
+        "q=1",
+    )
 
 
 # --------------------------------------------------------------------- decisions
@@ -192,7 +210,9 @@ def test_body_replacement_reaches_upstream(stack: ProxyStack) -> None:
     def replace(ex: Exchange) -> Decision:
         data = dict(ex.json)
         data["messages"] = [{"role": "user", "content": "replaced by the gate: keep 3f2a9c1b7d4e"}]
-        return Decision(action="reinject", conversation_id="conv-42", body=json.dumps(data).encode())
+        return Decision(
+            action="reinject", conversation_id="conv-42", body=json.dumps(data).encode()
+        )
 
     stack.interceptor = Recorder(replace)
     raw = oa(stack).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
@@ -206,7 +226,9 @@ def test_body_replacement_reaches_upstream(stack: ProxyStack) -> None:
 
 
 def test_decision_headers_added(stack: ProxyStack) -> None:
-    stack.interceptor = Recorder(Decision(action="warn", headers={"x-compaction-gate-warning": "dropped 1"}))
+    stack.interceptor = Recorder(
+        Decision(action="warn", headers={"x-compaction-gate-warning": "dropped 1"})
+    )
     raw = oa(stack).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
     assert raw.headers["x-compaction-gate-warning"] == "dropped 1"
     assert raw.headers["x-compaction-gate-action"] == "warn"
@@ -249,7 +271,9 @@ def test_rejection_anthropic_dialect_not_retried(stack: ProxyStack) -> None:
 
 
 def test_retryable_status_rejection_still_not_retried(stack: ProxyStack) -> None:
-    rec = Recorder(Decision(action="reject", reject=Reject(503, "gate says no", code="gate_unavailable")))
+    rec = Recorder(
+        Decision(action="reject", reject=Reject(503, "gate says no", code="gate_unavailable"))
+    )
     stack.interceptor = rec
     with pytest.raises(openai.InternalServerError):
         oa(stack, retries=3).chat.completions.create(model="gpt-4o", messages=MESSAGES)
@@ -269,10 +293,16 @@ def test_tap_injects_openai_event_before_done(stack: ProxyStack) -> None:
     }
     tap = InjectBeforeEnd(b"[DONE]", f"data: {json.dumps(injected_chunk)}\n\n".encode())
     stack.interceptor = Recorder(Decision(action="gate", tap=tap))
-    direct = [c.model_dump() for c in oa(stack, direct=True).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True)]
-    proxied = [c.model_dump() for c in oa(stack).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True)]
+    direct = [
+        c.model_dump()
+        for c in oa(stack, direct=True).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, stream=True
+        )
+    ]
+    proxied = [
+        c.model_dump()
+        for c in oa(stack).chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    ]
     assert proxied[:-1] == direct
     assert proxied[-1]["id"] == "chatcmpl-gate"
     assert proxied[-1]["choices"][0]["delta"]["content"] == " [gate note]"
@@ -281,9 +311,14 @@ def test_tap_injects_openai_event_before_done(stack: ProxyStack) -> None:
 
 
 def test_tap_injects_anthropic_text_delta(stack: ProxyStack) -> None:
-    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " [kept: 3f2a9c1b7d4e]"}}
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": " [kept: 3f2a9c1b7d4e]"},
+    }
     tap = InjectBeforeEnd(
-        b"event: content_block_stop", f"event: content_block_delta\ndata: {json.dumps(delta)}\n\n".encode()
+        b"event: content_block_stop",
+        f"event: content_block_delta\ndata: {json.dumps(delta)}\n\n".encode(),
     )
     stack.interceptor = Recorder(Decision(action="gate", tap=tap))
     with an(stack).messages.stream(model="claude-fake-1", max_tokens=50, messages=MESSAGES) as s:
@@ -296,10 +331,18 @@ def test_tap_injects_anthropic_text_delta(stack: ProxyStack) -> None:
 
 def test_tap_holding_events_until_finish(stack: ProxyStack) -> None:
     stack.interceptor = Recorder(Decision(tap=HoldAll()))
-    direct = [c.model_dump() for c in oa(stack, direct=True).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True, stream_options={"include_usage": True})]
-    proxied = [c.model_dump() for c in oa(stack).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True, stream_options={"include_usage": True})]
+    direct = [
+        c.model_dump()
+        for c in oa(stack, direct=True).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+    ]
+    proxied = [
+        c.model_dump()
+        for c in oa(stack).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+    ]
     assert proxied == direct
 
 
@@ -310,11 +353,17 @@ async def test_tap_sees_whole_events_across_odd_chunking(stack: ProxyStack) -> N
     stack.interceptor = Recorder(Decision(tap=tap))
     body = json.dumps({"model": "gpt-4o", "stream": True, "messages": MESSAGES}).encode()
     async with aiohttp.ClientSession() as s:
-        async with s.post(stack.fake.openai_base_url + "/chat/completions", data=body,
-                          headers={"content-type": "application/json"}) as r:
+        async with s.post(
+            stack.fake.openai_base_url + "/chat/completions",
+            data=body,
+            headers={"content-type": "application/json"},
+        ) as r:
             direct = await r.read()
-        async with s.post(stack.openai_base_url + "/chat/completions", data=body,
-                          headers={"content-type": "application/json"}) as r:
+        async with s.post(
+            stack.openai_base_url + "/chat/completions",
+            data=body,
+            headers={"content-type": "application/json"},
+        ) as r:
             proxied = await r.read()
     assert proxied == direct
     assert all(e.startswith(b"data: ") and e.endswith(b"\r\n\r\n") for e in tap.held)
@@ -335,11 +384,15 @@ async def test_tap_bypassed_for_encoded_body(stack: ProxyStack) -> None:
     stack.interceptor = Recorder(Decision(tap=tap))
     raw = gzip.compress(b'{"ok":true}')
     stack.fake.inject(Fault(status=200, body=raw, headers={"content-encoding": "gzip"}))
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.post(stack.openai_base_url + "/chat/completions",
-                          data=json.dumps({"model": "m", "messages": []}),
-                          headers={"content-type": "application/json"}) as r:
-            assert await r.read() == raw
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.post(
+            stack.openai_base_url + "/chat/completions",
+            data=json.dumps({"model": "m", "messages": []}),
+            headers={"content-type": "application/json"},
+        ) as r,
+    ):
+        assert await r.read() == raw
     assert tap.closed_reason == "content_encoding"
 
 
@@ -349,8 +402,11 @@ async def test_tap_closed_on_client_disconnect(stack: ProxyStack) -> None:
     stack.fake.inject(Fault(stall_after_events=2))
     body = json.dumps({"model": "gpt-4o", "stream": True, "messages": MESSAGES}).encode()
     async with aiohttp.ClientSession() as s:
-        resp = await s.post(stack.openai_base_url + "/chat/completions", data=body,
-                            headers={"content-type": "application/json"})
+        resp = await s.post(
+            stack.openai_base_url + "/chat/completions",
+            data=body,
+            headers={"content-type": "application/json"},
+        )
         await resp.content.readline()
         resp.close()
     assert await stack.fake.wait_for_disconnects(1)
@@ -361,10 +417,16 @@ async def test_tap_closed_on_client_disconnect(stack: ProxyStack) -> None:
 def test_tap_exception_mid_stream_fails_open(stack: ProxyStack) -> None:
     tap = ExplodingTap(after=2)
     stack.interceptor = Recorder(Decision(tap=tap))
-    direct = [c.model_dump() for c in oa(stack, direct=True).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True)]
-    proxied = [c.model_dump() for c in oa(stack).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True)]
+    direct = [
+        c.model_dump()
+        for c in oa(stack, direct=True).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, stream=True
+        )
+    ]
+    proxied = [
+        c.model_dump()
+        for c in oa(stack).chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    ]
     assert proxied == direct
     assert tap.closed_reason == "tap_error"
 
@@ -372,7 +434,9 @@ def test_tap_exception_mid_stream_fails_open(stack: ProxyStack) -> None:
 # ----------------------------------------------------------------------- failures
 
 
-def test_interceptor_exception_fails_open(stack: ProxyStack, caplog: pytest.LogCaptureFixture) -> None:
+def test_interceptor_exception_fails_open(
+    stack: ProxyStack, caplog: pytest.LogCaptureFixture
+) -> None:
     boom = Boom("gate exploded while reading sk-live-SECRET-123456")
     stack.interceptor = boom
     caplog.set_level(logging.ERROR, logger="compaction_gate")
@@ -418,8 +482,12 @@ async def test_gate_headers_on_every_kind_of_response(stack: ProxyStack) -> None
     ]
     async with aiohttp.ClientSession() as s:
         for method, path, body in urls:
-            async with s.request(method, stack.openai_base_url + path, data=body,
-                                 headers={"content-type": "application/json"}) as r:
+            async with s.request(
+                method,
+                stack.openai_base_url + path,
+                data=body,
+                headers={"content-type": "application/json"},
+            ) as r:
                 await r.read()
                 assert r.headers["x-compaction-gate-conversation"] == "c-9", path
                 assert r.headers["x-compaction-gate-action"] == "warn", path

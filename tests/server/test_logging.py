@@ -59,11 +59,24 @@ def access(buf: io.StringIO, expect: int | None = None) -> list[dict[str, Any]]:
 def test_one_json_line_per_request(stack: ProxyStack, json_log: io.StringIO) -> None:
     client = openai.OpenAI(api_key=OPENAI_KEY, base_url=stack.openai_base_url, max_retries=0)
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
-    list(client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True))
+    list(
+        client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
     records = access(json_log, expect=2)
     assert len(records) == 2
     first = records[0]
-    for key in ("method", "route", "status", "upstream", "duration_ms", "overhead_ms", "conversation", "action"):
+    for key in (
+        "method",
+        "route",
+        "status",
+        "upstream",
+        "duration_ms",
+        "overhead_ms",
+        "conversation",
+        "action",
+    ):
         assert key in first, key
     assert (first["method"], first["route"], first["status"], first["upstream"]) == (
         "POST",
@@ -85,7 +98,9 @@ def test_errors_are_logged_with_status(stack: ProxyStack, json_log: io.StringIO)
     assert rec["status"] == 500 and rec["upstream_status"] == 500
 
 
-def test_no_secret_ever_logged(make_stack: Any, json_log: io.StringIO, caplog: pytest.LogCaptureFixture) -> None:
+def test_no_secret_ever_logged(
+    make_stack: Any, json_log: io.StringIO, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="compaction_gate")
     caplog.set_level(logging.DEBUG, logger="aiohttp")
     stack: ProxyStack = make_stack()
@@ -98,10 +113,14 @@ def test_no_secret_ever_logged(make_stack: Any, json_log: io.StringIO, caplog: p
     oa = openai.OpenAI(api_key=OPENAI_KEY, base_url=stack.openai_base_url, max_retries=0)
     an = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=stack.url, max_retries=0)
     oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
-    an.messages.create(model="claude-fake-1", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    an.messages.create(
+        model="claude-fake-1", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
     stack.interceptor = LeakyGate()
     oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
-    an.messages.create(model="claude-fake-1", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    an.messages.create(
+        model="claude-fake-1", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
     stack.fake.inject(Fault(status=401))
     with pytest.raises(openai.AuthenticationError):
         oa.models.list()
@@ -127,7 +146,9 @@ async def test_configured_upstream_key_never_logged_and_replaces_client_key(
     config = ProxyConfig(
         upstreams=(
             Upstream(name="o", base_url=fake.openai_base_url, api_key="sk-upstream-CONFIGURED-1"),
-            Upstream(name="a", base_url=fake.url, api_key="sk-upstream-CONFIGURED-2", dialect="anthropic"),
+            Upstream(
+                name="a", base_url=fake.url, api_key="sk-upstream-CONFIGURED-2", dialect="anthropic"
+            ),
         )
     )
     assert "CONFIGURED" not in repr(config)

@@ -41,7 +41,12 @@ async def test_response_bytes_identical_to_direct(stack: ProxyStack) -> None:
     proxied = await post(stack.openai_base_url + "/chat/completions", ODD_BODY)
     assert proxied[0] == direct[0] == 200
     assert proxied[2] == direct[2]
-    for name in ("x-request-id", "x-ratelimit-remaining-requests", "openai-processing-ms", "content-type"):
+    for name in (
+        "x-request-id",
+        "x-ratelimit-remaining-requests",
+        "openai-processing-ms",
+        "content-type",
+    ):
         assert proxied[1][name] == direct[1][name]
     assert proxied[1]["Content-Length"] == direct[1]["Content-Length"]
 
@@ -57,17 +62,19 @@ async def test_upstream_raw_body_with_odd_key_order_relayed_verbatim(stack: Prox
 
 async def test_non_json_raw_route_byte_exact(stack: ProxyStack) -> None:
     payload = bytes(range(256)) * 40
-    async with aiohttp.ClientSession(auto_decompress=False) as s:
-        async with s.put(
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as s,
+        s.put(
             URL(stack.openai_base_url + "/echo/files/upload?part=2&x=%2F", encoded=True),
             data=payload,
             headers={"content-type": "application/octet-stream", "authorization": "Bearer sk"},
-        ) as r:
-            assert r.status == 200
-            assert await r.read() == payload
-            assert r.headers["x-echo-method"] == "PUT"
-            assert r.headers["x-echo-path"] == "/v1/echo/files/upload?part=2&x=%2F"
-            assert r.headers["content-type"] == "application/octet-stream"
+        ) as r,
+    ):
+        assert r.status == 200
+        assert await r.read() == payload
+        assert r.headers["x-echo-method"] == "PUT"
+        assert r.headers["x-echo-path"] == "/v1/echo/files/upload?part=2&x=%2F"
+        assert r.headers["content-type"] == "application/octet-stream"
     rec = stack.fake.requests[-1]
     assert rec.body == payload and rec.query == "part=2&x=%2F"
 
@@ -76,10 +83,12 @@ async def test_multipart_raw_route_passes(stack: ProxyStack) -> None:
     form = aiohttp.FormData()
     form.add_field("purpose", "batch")
     form.add_field("file", b'{"a":1}\n', filename="x.jsonl", content_type="application/jsonl")
-    async with aiohttp.ClientSession() as s:
-        async with s.post(stack.openai_base_url + "/echo/files", data=form) as r:
-            assert r.status == 200
-            echoed = await r.read()
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(stack.openai_base_url + "/echo/files", data=form) as r,
+    ):
+        assert r.status == 200
+        echoed = await r.read()
     assert stack.fake.requests[-1].body == echoed
     assert b'filename="x.jsonl"' in echoed
 
@@ -113,9 +122,11 @@ async def test_headers_forwarded_and_hop_by_hop_stripped(stack: ProxyStack) -> N
 
 
 async def test_no_headers_invented_for_upstream(stack: ProxyStack) -> None:
-    async with aiohttp.ClientSession(skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding")) as s:
-        async with s.get(stack.openai_base_url + "/models", headers={"authorization": "Bearer k"}) as r:
-            assert r.status == 200
+    async with (
+        aiohttp.ClientSession(skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding")) as s,
+        s.get(stack.openai_base_url + "/models", headers={"authorization": "Bearer k"}) as r,
+    ):
+        assert r.status == 200
     h = stack.fake.requests[-1].headers
     for name in ("user-agent", "accept", "accept-encoding", "content-type"):
         assert name not in h, name
@@ -125,7 +136,9 @@ async def test_no_headers_invented_for_upstream(stack: ProxyStack) -> None:
 async def test_upstream_errors_relayed_unchanged(stack: ProxyStack, status: int) -> None:
     body = b'{"error":{"message":"nope","type":"x","param":null,"code":"c","extra":[1]}}'
     stack.fake.inject(
-        Fault(status=status, body=body, headers={"retry-after": "7", "x-ratelimit-reset-tokens": "1s"})
+        Fault(
+            status=status, body=body, headers={"retry-after": "7", "x-ratelimit-reset-tokens": "1s"}
+        )
     )
     got_status, headers, got = await post(stack.openai_base_url + "/chat/completions", ODD_BODY)
     assert (got_status, got) == (status, body)
@@ -182,11 +195,20 @@ async def test_anthropic_sse_byte_exact_all_event_types(stack: ProxyStack) -> No
             "messages": [{"role": "user", "content": "hello"}],
         }
     ).encode()
-    direct = await post(stack.fake.anthropic_base_url + "/v1/messages", body, anthropic_version="2023-06-01")
+    direct = await post(
+        stack.fake.anthropic_base_url + "/v1/messages", body, anthropic_version="2023-06-01"
+    )
     proxied = await post(stack.url + "/v1/messages", body, anthropic_version="2023-06-01")
     assert proxied[2] == direct[2]
-    for name in (b"message_start", b"content_block_start", b"ping", b"content_block_delta",
-                 b"content_block_stop", b"message_delta", b"message_stop"):
+    for name in (
+        b"message_start",
+        b"content_block_start",
+        b"ping",
+        b"content_block_delta",
+        b"content_block_stop",
+        b"message_delta",
+        b"message_stop",
+    ):
         assert b"event: " + name + b"\n" in proxied[2]
     assert proxied[1]["request-id"] == direct[1]["request-id"]
 
@@ -210,26 +232,29 @@ async def test_first_event_does_not_wait_for_last(stack: ProxyStack) -> None:
 
 
 async def test_query_string_and_path_forwarded(stack: ProxyStack) -> None:
-    async with aiohttp.ClientSession() as s:
-        async with s.get(stack.openai_base_url + "/models?limit=2&after=a%20b") as r:
-            assert r.status == 200
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(stack.openai_base_url + "/models?limit=2&after=a%20b") as r,
+    ):
+        assert r.status == 200
     rec = stack.fake.requests[-1]
     assert rec.path == "/v1/models" and rec.query == "limit=2&after=a%20b"
 
 
 async def test_head_request_relayed(stack: ProxyStack) -> None:
-    async with aiohttp.ClientSession() as s:
-        async with s.head(stack.openai_base_url + "/models") as r:
-            assert r.status == 200
-            assert await r.read() == b""
-            assert r.headers["x-compaction-gate-action"] == "none"
+    async with aiohttp.ClientSession() as s, s.head(stack.openai_base_url + "/models") as r:
+        assert r.status == 200
+        assert await r.read() == b""
+        assert r.headers["x-compaction-gate-action"] == "none"
 
 
 async def test_concurrent_streams_do_not_interfere(stack: ProxyStack) -> None:
     stack.fake.stream_delay = 0.01
 
     async def one(i: int) -> bytes:
-        body = json.dumps({"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": f"n{i}"}]})
+        body = json.dumps(
+            {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": f"n{i}"}]}
+        )
         return (await post(stack.openai_base_url + "/chat/completions", body.encode()))[2]
 
     results = await asyncio.gather(*(one(i) for i in range(12)))

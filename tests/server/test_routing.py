@@ -52,7 +52,12 @@ CONFIG = ProxyConfig(
     upstreams=(
         Upstream(name="local", base_url="http://localhost:11434/v1", models=("llama*", "qwen*")),
         Upstream(name="openai", base_url="https://api.openai.com/v1", dialect="openai"),
-        Upstream(name="anthropic", base_url="https://api.anthropic.com", models=("claude-*",), dialect="anthropic"),
+        Upstream(
+            name="anthropic",
+            base_url="https://api.anthropic.com",
+            models=("claude-*",),
+            dialect="anthropic",
+        ),
     ),
     default_upstream="openai",
 )
@@ -75,7 +80,10 @@ def test_select_upstream(dialect: str, model: str | None, expected: str) -> None
 
 def test_select_falls_back_to_default() -> None:
     config = ProxyConfig(
-        upstreams=(Upstream(name="a", base_url="http://a"), Upstream(name="b", base_url="http://b")),
+        upstreams=(
+            Upstream(name="a", base_url="http://a"),
+            Upstream(name="b", base_url="http://b"),
+        ),
         default_upstream="b",
     )
     assert select_upstream(config, "anthropic", "x").name == "b"
@@ -84,12 +92,42 @@ def test_select_falls_back_to_default() -> None:
 @pytest.mark.parametrize(
     ("base", "dialect", "raw_path", "expected"),
     [
-        ("https://api.openai.com/v1", "openai", "/v1/chat/completions", "https://api.openai.com/v1/chat/completions"),
-        ("https://api.openai.com/v1/", "openai", "/v1/chat/completions", "https://api.openai.com/v1/chat/completions"),
-        ("https://api.openai.com", "openai", "/v1/chat/completions", "https://api.openai.com/v1/chat/completions"),
-        ("https://api.anthropic.com", "anthropic", "/v1/messages", "https://api.anthropic.com/v1/messages"),
-        ("https://api.anthropic.com/v1", "anthropic", "/v1/messages", "https://api.anthropic.com/v1/messages"),
-        ("https://openrouter.ai/api/v1", "openai", "/v1/chat/completions", "https://openrouter.ai/api/v1/chat/completions"),
+        (
+            "https://api.openai.com/v1",
+            "openai",
+            "/v1/chat/completions",
+            "https://api.openai.com/v1/chat/completions",
+        ),
+        (
+            "https://api.openai.com/v1/",
+            "openai",
+            "/v1/chat/completions",
+            "https://api.openai.com/v1/chat/completions",
+        ),
+        (
+            "https://api.openai.com",
+            "openai",
+            "/v1/chat/completions",
+            "https://api.openai.com/v1/chat/completions",
+        ),
+        (
+            "https://api.anthropic.com",
+            "anthropic",
+            "/v1/messages",
+            "https://api.anthropic.com/v1/messages",
+        ),
+        (
+            "https://api.anthropic.com/v1",
+            "anthropic",
+            "/v1/messages",
+            "https://api.anthropic.com/v1/messages",
+        ),
+        (
+            "https://openrouter.ai/api/v1",
+            "openai",
+            "/v1/chat/completions",
+            "https://openrouter.ai/api/v1/chat/completions",
+        ),
         (
             "https://generativelanguage.googleapis.com/v1beta/openai",
             "openai",
@@ -102,7 +140,12 @@ def test_select_falls_back_to_default() -> None:
             "/v1/messages?beta=true",
             "https://gateway.example/acc/anthropic/v1/messages?beta=true",
         ),
-        ("http://127.0.0.1:9/v1", "openai", "/v1/models?after=a%2Fb", "http://127.0.0.1:9/v1/models?after=a%2Fb"),
+        (
+            "http://127.0.0.1:9/v1",
+            "openai",
+            "/v1/models?after=a%2Fb",
+            "http://127.0.0.1:9/v1/models?after=a%2Fb",
+        ),
     ],
 )
 def test_target_url(base: str, dialect: str, raw_path: str, expected: str) -> None:
@@ -111,7 +154,9 @@ def test_target_url(base: str, dialect: str, raw_path: str, expected: str) -> No
 
 
 def test_apply_credentials() -> None:
-    headers: CIMultiDict[str] = CIMultiDict({"Authorization": "Bearer client", "x-api-key": "client"})
+    headers: CIMultiDict[str] = CIMultiDict(
+        {"Authorization": "Bearer client", "x-api-key": "client"}
+    )
     apply_credentials(headers, Upstream(name="u", base_url="http://u", api_key="up"), "anthropic")
     assert dict(headers) == {"x-api-key": "up"}
     headers = CIMultiDict({"Authorization": "Bearer client"})
@@ -156,11 +201,29 @@ def test_header_filters() -> None:
     ]
     assert upstream_headers(client, identity_encoding=True)["accept-encoding"] == "identity"
     safe = safe_headers(client)
-    assert safe == {"host": "proxy", "content-length": "10", "accept-encoding": "gzip",
-                    "x-stainless-arch": "x64", "anthropic-beta": "a, b"}
-    down = downstream_headers(proxy_of([("Content-Length", "3"), ("Set-Cookie", "a"), ("Set-Cookie", "b"),
-                                        ("Transfer-Encoding", "chunked"), ("Content-Encoding", "br")]))
-    assert list(down.items()) == [("Set-Cookie", "a"), ("Set-Cookie", "b"), ("Content-Encoding", "br")]
+    assert safe == {
+        "host": "proxy",
+        "content-length": "10",
+        "accept-encoding": "gzip",
+        "x-stainless-arch": "x64",
+        "anthropic-beta": "a, b",
+    }
+    down = downstream_headers(
+        proxy_of(
+            [
+                ("Content-Length", "3"),
+                ("Set-Cookie", "a"),
+                ("Set-Cookie", "b"),
+                ("Transfer-Encoding", "chunked"),
+                ("Content-Encoding", "br"),
+            ]
+        )
+    )
+    assert list(down.items()) == [
+        ("Set-Cookie", "a"),
+        ("Set-Cookie", "b"),
+        ("Content-Encoding", "br"),
+    ]
 
 
 def test_credential_and_tenant() -> None:

@@ -16,7 +16,11 @@ TOOLS: list[Any] = [
     {
         "name": "run_shell",
         "description": "Run a shell command",
-        "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        "input_schema": {
+            "type": "object",
+            "properties": {"cmd": {"type": "string"}},
+            "required": ["cmd"],
+        },
     }
 ]
 MESSAGES: list[Any] = [{"role": "user", "content": "Complete multipart upload for the file"}]
@@ -26,7 +30,11 @@ def tool_responder(call: Call) -> Reply:
     if isinstance(call.json, dict) and call.json.get("tools"):
         return Reply(
             text="Completing the upload.",
-            tool_calls=[ToolCall("run_shell", {"cmd": "aws s3api complete-multipart-upload --upload-id 2~abcDEF"})],
+            tool_calls=[
+                ToolCall(
+                    "run_shell", {"cmd": "aws s3api complete-multipart-upload --upload-id 2~abcDEF"}
+                )
+            ],
         )
     return Reply(text=f"echo: {call.last_user_text()}")
 
@@ -38,7 +46,9 @@ def tool_stack(stack: ProxyStack) -> ProxyStack:
 
 
 def clients(stack: ProxyStack) -> tuple[anthropic.Anthropic, anthropic.Anthropic]:
-    direct = anthropic.Anthropic(api_key="sk-ant-test", base_url=stack.fake.anthropic_base_url, max_retries=0)
+    direct = anthropic.Anthropic(
+        api_key="sk-ant-test", base_url=stack.fake.anthropic_base_url, max_retries=0
+    )
     proxied = anthropic.Anthropic(api_key="sk-ant-test", base_url=stack.url, max_retries=0)
     return direct, proxied
 
@@ -54,7 +64,9 @@ def same(stack: ProxyStack, fn: Callable[[anthropic.Anthropic], Any]) -> Any:
 def test_messages_create(stack: ProxyStack) -> None:
     got = same(
         stack,
-        lambda c: c.messages.create(model=MODEL, max_tokens=256, system="be terse", messages=MESSAGES).model_dump(),
+        lambda c: c.messages.create(
+            model=MODEL, max_tokens=256, system="be terse", messages=MESSAGES
+        ).model_dump(),
     )
     assert got["content"][0]["text"] == "echo: Complete multipart upload for the file"
     assert got["stop_reason"] == "end_turn"
@@ -63,7 +75,9 @@ def test_messages_create(stack: ProxyStack) -> None:
 def test_messages_tool_use(tool_stack: ProxyStack) -> None:
     got = same(
         tool_stack,
-        lambda c: c.messages.create(model=MODEL, max_tokens=256, messages=MESSAGES, tools=TOOLS).model_dump(),
+        lambda c: c.messages.create(
+            model=MODEL, max_tokens=256, messages=MESSAGES, tools=TOOLS
+        ).model_dump(),
     )
     assert got["stop_reason"] == "tool_use"
     assert got["content"][1]["input"]["cmd"].endswith("2~abcDEF")
@@ -74,7 +88,9 @@ def test_raw_stream_events_identical(tool_stack: ProxyStack) -> None:
         tool_stack,
         lambda c: [
             e.model_dump()
-            for e in c.messages.create(model=MODEL, max_tokens=256, messages=MESSAGES, tools=TOOLS, stream=True)
+            for e in c.messages.create(
+                model=MODEL, max_tokens=256, messages=MESSAGES, tools=TOOLS, stream=True
+            )
         ],
     )
     types = [e["type"] for e in events]
@@ -96,7 +112,9 @@ def test_stream_helper_and_final_message(tool_stack: ProxyStack) -> None:
 
 
 def test_count_tokens_and_models(stack: ProxyStack) -> None:
-    got = same(stack, lambda c: c.messages.count_tokens(model=MODEL, messages=MESSAGES).model_dump())
+    got = same(
+        stack, lambda c: c.messages.count_tokens(model=MODEL, messages=MESSAGES).model_dump()
+    )
     assert got["input_tokens"] > 0
     models = same(stack, lambda c: [m.model_dump() for m in c.models.list()])
     assert models and models[0]["type"] == "model"
@@ -113,7 +131,9 @@ def test_anthropic_requests_reach_anthropic_upstream(stack: ProxyStack) -> None:
 
 
 async def test_async_client_matches_direct(tool_stack: ProxyStack) -> None:
-    direct = anthropic.AsyncAnthropic(api_key="k", base_url=tool_stack.fake.anthropic_base_url, max_retries=0)
+    direct = anthropic.AsyncAnthropic(
+        api_key="k", base_url=tool_stack.fake.anthropic_base_url, max_retries=0
+    )
     proxied = anthropic.AsyncAnthropic(api_key="k", base_url=tool_stack.url, max_retries=0)
 
     async def plain(c: anthropic.AsyncAnthropic) -> Any:
@@ -121,7 +141,9 @@ async def test_async_client_matches_direct(tool_stack: ProxyStack) -> None:
         return r.model_dump()
 
     async def streamed(c: anthropic.AsyncAnthropic) -> Any:
-        s = await c.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES, tools=TOOLS, stream=True)
+        s = await c.messages.create(
+            model=MODEL, max_tokens=64, messages=MESSAGES, tools=TOOLS, stream=True
+        )
         return [e.model_dump() async for e in s]
 
     async def helper(c: anthropic.AsyncAnthropic) -> Any:

@@ -42,7 +42,9 @@ def tool_responder(call: Call) -> Reply:
 
 
 def clients(stack: ProxyStack) -> tuple[openai.OpenAI, openai.OpenAI]:
-    direct = openai.OpenAI(api_key="sk-test-direct", base_url=stack.fake.openai_base_url, max_retries=0)
+    direct = openai.OpenAI(
+        api_key="sk-test-direct", base_url=stack.fake.openai_base_url, max_retries=0
+    )
     proxied = openai.OpenAI(api_key="sk-test-direct", base_url=stack.openai_base_url, max_retries=0)
     return direct, proxied
 
@@ -77,7 +79,9 @@ def test_chat_completion(stack: ProxyStack) -> None:
 def test_chat_completion_tool_calls(tool_stack: ProxyStack) -> None:
     got = same(
         tool_stack,
-        lambda c: c.chat.completions.create(model="gpt-4o", messages=MESSAGES, tools=TOOLS).model_dump(),
+        lambda c: c.chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, tools=TOOLS
+        ).model_dump(),
     )
     call = got["choices"][0]["message"]["tool_calls"][0]
     assert call["function"]["name"] == "run_shell"
@@ -129,18 +133,27 @@ def test_chat_stream_helper_final_completion(tool_stack: ProxyStack) -> None:
 
 
 def test_legacy_completions(stack: ProxyStack) -> None:
-    same(stack, lambda c: c.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hi").model_dump())
+    same(
+        stack,
+        lambda c: c.completions.create(
+            model="gpt-3.5-turbo-instruct", prompt="Say hi"
+        ).model_dump(),
+    )
     chunks = same(
         stack,
         lambda c: dump_all(
-            c.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hi to all", stream=True)
+            c.completions.create(
+                model="gpt-3.5-turbo-instruct", prompt="Say hi to all", stream=True
+            )
         ),
     )
     assert "".join(c["choices"][0]["text"] for c in chunks) == "echo: Say hi to all"
 
 
 def test_responses_api(tool_stack: ProxyStack) -> None:
-    got = same(tool_stack, lambda c: c.responses.create(model="gpt-4o", input="Hello there").model_dump())
+    got = same(
+        tool_stack, lambda c: c.responses.create(model="gpt-4o", input="Hello there").model_dump()
+    )
     assert got["output"][0]["content"][0]["text"] == "echo: Hello there"
     tools = [
         {
@@ -159,7 +172,9 @@ def test_responses_api(tool_stack: ProxyStack) -> None:
 def test_responses_stream(tool_stack: ProxyStack) -> None:
     events = same(
         tool_stack,
-        lambda c: dump_all(c.responses.create(model="gpt-4o", input="stream me please", stream=True)),
+        lambda c: dump_all(
+            c.responses.create(model="gpt-4o", input="stream me please", stream=True)
+        ),
     )
     types = [e["type"] for e in events]
     assert types[0] == "response.created" and types[-1] == "response.completed"
@@ -170,7 +185,9 @@ def test_responses_stream(tool_stack: ProxyStack) -> None:
 def test_embeddings_and_models(stack: ProxyStack) -> None:
     got = same(
         stack,
-        lambda c: c.embeddings.create(model="text-embedding-3-small", input=["a b", "c"]).model_dump(),
+        lambda c: c.embeddings.create(
+            model="text-embedding-3-small", input=["a b", "c"]
+        ).model_dump(),
     )
     assert len(got["data"]) == 2
     same(
@@ -195,7 +212,9 @@ def test_proxy_headers_on_sdk_response(stack: ProxyStack) -> None:
 
 
 async def test_async_client_matches_direct(tool_stack: ProxyStack) -> None:
-    direct = openai.AsyncOpenAI(api_key="sk-a", base_url=tool_stack.fake.openai_base_url, max_retries=0)
+    direct = openai.AsyncOpenAI(
+        api_key="sk-a", base_url=tool_stack.fake.openai_base_url, max_retries=0
+    )
     proxied = openai.AsyncOpenAI(api_key="sk-a", base_url=tool_stack.openai_base_url, max_retries=0)
 
     async def plain(c: openai.AsyncOpenAI) -> Any:

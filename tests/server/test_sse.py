@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +29,7 @@ def feed_in_pieces(data: bytes, cuts: list[int]) -> tuple[list[bytes], bytes]:
     splitter = SSESplitter()
     out: list[bytes] = []
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    for a, b in zip(points, points[1:]):
+    for a, b in itertools.pairwise(points):
         out.extend(splitter.feed(data[a:b]))
     return out, splitter.flush()
 

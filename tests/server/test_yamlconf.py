@@ -92,8 +92,10 @@ def test_errors_collected_with_lines() -> None:
         yamlconf.build(Doc, yamlconf.load_text(text, "p.yaml"), name="policy")
     lines = str(info.value).splitlines()
     assert lines == [
-        "p.yaml:7: unknown key 'bogus' in policy (expected one of: name, mode, limit, rules, labels, "
-        "anything, one_or_many, class)",
+        (
+            "p.yaml:7: unknown key 'bogus' in policy (expected one of: name, mode, limit, rules, labels, "
+            "anything, one_or_many, class)"
+        ),
         "p.yaml:1: name: expected string, got integer",
         "p.yaml:2: mode: invalid value 'sometimes' (expected one of: warn, reject)",
         "p.yaml:5: rules[0]: pattern must not be empty",
@@ -109,7 +111,9 @@ def test_bool_is_not_int_and_int_is_float() -> None:
 
 def test_env_values_never_in_errors() -> None:
     with pytest.raises(ConfigError) as info:
-        yamlconf.build(Doc, yamlconf.load_text("name: n\nlimit: ${LIMIT}\n"), environ={"LIMIT": "s3cret"})
+        yamlconf.build(
+            Doc, yamlconf.load_text("name: n\nlimit: ${LIMIT}\n"), environ={"LIMIT": "s3cret"}
+        )
     assert "s3cret" not in str(info.value) and "${LIMIT}" in str(info.value)
 
 

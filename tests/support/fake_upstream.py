@@ -289,9 +289,11 @@ def _error_json(dialect: Dialect, status: int, message: str) -> dict[str, Any]:
             529: "overloaded_error",
         }.get(status, "api_error")
         return {"type": "error", "error": {"type": etype, "message": message}}
-    etype = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate_limit_error"}.get(
-        status, "server_error"
-    )
+    etype = {
+        400: "invalid_request_error",
+        401: "invalid_request_error",
+        429: "rate_limit_error",
+    }.get(status, "server_error")
     return {"error": {"message": message, "type": etype, "param": None, "code": None}}
 
 
@@ -353,7 +355,9 @@ class FakeUpstream:
 
     async def _reply_for(self, call: Call) -> Reply:
         with self._lock:
-            scripted = self._script.popleft() if self._script and call.kind in MODEL_CALL_KINDS else None
+            scripted = (
+                self._script.popleft() if self._script and call.kind in MODEL_CALL_KINDS else None
+            )
         if scripted is not None:
             return scripted
         result = self.responder(call)
@@ -398,7 +402,9 @@ class FakeUpstream:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host:port`` (0 = free port); returns the origin URL."""
-        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
@@ -465,7 +471,9 @@ class FakeUpstream:
         ids = _Ids(rec)
         if rec.kind == "echo":
             resp = web.Response(status=200, body=rec.body)
-            resp.headers["content-type"] = request.headers.get("content-type", "application/octet-stream")
+            resp.headers["content-type"] = request.headers.get(
+                "content-type", "application/octet-stream"
+            )
             resp.headers["x-echo-method"] = rec.method
             resp.headers["x-echo-path"] = request.raw_path
             resp.headers.update(ids.headers(rec.dialect))
@@ -473,9 +481,13 @@ class FakeUpstream:
         if rec.kind == "models":
             return self._json(ids, rec.dialect, _models_body(rec, ids))
         if rec.kind == "unknown":
-            return self._json(ids, rec.dialect, _error_json(rec.dialect, 404, f"Unknown route {rec.path}"), 404)
+            return self._json(
+                ids, rec.dialect, _error_json(rec.dialect, 404, f"Unknown route {rec.path}"), 404
+            )
         if not isinstance(rec.json, dict):
-            return self._json(ids, rec.dialect, _error_json(rec.dialect, 400, "body must be a JSON object"), 400)
+            return self._json(
+                ids, rec.dialect, _error_json(rec.dialect, 400, "body must be a JSON object"), 400
+            )
         body = rec.json
         model = body.get("model") if isinstance(body.get("model"), str) else None
         call = Call(
@@ -505,7 +517,9 @@ class FakeUpstream:
         assert fault.status is not None
         raw = fault.body
         if raw is None:
-            payload = _dumps(_error_json(rec.dialect, fault.status, f"fake upstream error {fault.status}")).encode()
+            payload = _dumps(
+                _error_json(rec.dialect, fault.status, f"fake upstream error {fault.status}")
+            ).encode()
         elif isinstance(raw, bytes):
             payload = raw
         elif isinstance(raw, str):
@@ -518,7 +532,9 @@ class FakeUpstream:
         return resp
 
     def _json(self, ids: _Ids, dialect: Dialect, payload: Any, status: int = 200) -> web.Response:
-        resp = web.Response(status=status, body=_dumps(payload).encode(), content_type="application/json")
+        resp = web.Response(
+            status=status, body=_dumps(payload).encode(), content_type="application/json"
+        )
         resp.headers.update(ids.headers(dialect))
         return resp
 
@@ -537,9 +553,17 @@ class FakeUpstream:
         await resp.prepare(request)
         nl = self.line_ending
         for n, (name, data) in enumerate(events):
-            if fault is not None and fault.stall_after_events is not None and n >= fault.stall_after_events:
+            if (
+                fault is not None
+                and fault.stall_after_events is not None
+                and n >= fault.stall_after_events
+            ):
                 await asyncio.Event().wait()  # until the client disconnects
-            if fault is not None and fault.drop_after_events is not None and n >= fault.drop_after_events:
+            if (
+                fault is not None
+                and fault.drop_after_events is not None
+                and n >= fault.drop_after_events
+            ):
                 if request.transport is not None:
                     request.transport.close()
                 return resp
@@ -622,19 +646,30 @@ def _models_body(rec: RecordedRequest, ids: _Ids) -> Any:
             for n in names
         ]
         if single:
-            return {"type": "model", "id": single, "display_name": single, "created_at": "2025-01-01T00:00:00Z"}
+            return {
+                "type": "model",
+                "id": single,
+                "display_name": single,
+                "created_at": "2025-01-01T00:00:00Z",
+            }
         return {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
     if single:
         return {"id": single, "object": "model", "created": CREATED, "owned_by": "fake"}
     return {
         "object": "list",
-        "data": [{"id": n, "object": "model", "created": CREATED, "owned_by": "fake"} for n in names],
+        "data": [
+            {"id": n, "object": "model", "created": CREATED, "owned_by": "fake"} for n in names
+        ],
     }
 
 
 def _embeddings_body(body: Mapping[str, Any], ids: _Ids) -> Any:
     inputs = body.get("input")
-    items = inputs if isinstance(inputs, list) and not all(isinstance(i, int) for i in inputs) else [inputs]
+    items = (
+        inputs
+        if isinstance(inputs, list) and not all(isinstance(i, int) for i in inputs)
+        else [inputs]
+    )
     data = []
     total = 0
     for index, item in enumerate(items):
@@ -709,7 +744,12 @@ class _ChatBuilder(_Builder):
             "created": CREATED,
             "model": call.model,
             "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish(reply)}
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self._finish(reply),
+                }
             ],
             "usage": self._usage(call, reply),
             "service_tier": "default",
@@ -731,27 +771,41 @@ class _ChatBuilder(_Builder):
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
             payload = dict(base)
-            payload["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            payload["choices"] = [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ]
             if include_usage:
                 payload["usage"] = None
             return _dumps(payload)
 
-        yield None, chunk({"role": "assistant", "content": "" if reply.text is not None else None, "refusal": None})
+        yield (
+            None,
+            chunk(
+                {
+                    "role": "assistant",
+                    "content": "" if reply.text is not None else None,
+                    "refusal": None,
+                }
+            ),
+        )
         if reply.text:
             for piece in _split_text(reply.text, reply.chunks):
                 yield None, chunk({"content": piece})
         for i, tc in enumerate(self._tool_calls(reply, ids)):
-            yield None, chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": i,
-                            "id": tc["id"],
-                            "type": "function",
-                            "function": {"name": tc["function"]["name"], "arguments": ""},
-                        }
-                    ]
-                }
+            yield (
+                None,
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": tc["id"],
+                                "type": "function",
+                                "function": {"name": tc["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                ),
             )
             for part in _split_args(tc["function"]["arguments"]):
                 yield None, chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]})
@@ -773,7 +827,12 @@ class _CompletionsBuilder(_Builder):
             "created": CREATED,
             "model": call.model,
             "choices": [
-                {"text": reply.text or "", "index": 0, "logprobs": None, "finish_reason": reply.stop_reason or "stop"}
+                {
+                    "text": reply.text or "",
+                    "index": 0,
+                    "logprobs": None,
+                    "finish_reason": reply.stop_reason or "stop",
+                }
             ],
             "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out},
             "system_fingerprint": "fp_fake",
@@ -783,22 +842,25 @@ class _CompletionsBuilder(_Builder):
         pieces = _split_text(reply.text or "", reply.chunks)
         for n, piece in enumerate(pieces):
             last = n == len(pieces) - 1
-            yield None, _dumps(
-                {
-                    "id": ids.make("cmpl-"),
-                    "object": "text_completion",
-                    "created": CREATED,
-                    "model": call.model,
-                    "choices": [
-                        {
-                            "text": piece,
-                            "index": 0,
-                            "logprobs": None,
-                            "finish_reason": (reply.stop_reason or "stop") if last else None,
-                        }
-                    ],
-                    "system_fingerprint": "fp_fake",
-                }
+            yield (
+                None,
+                _dumps(
+                    {
+                        "id": ids.make("cmpl-"),
+                        "object": "text_completion",
+                        "created": CREATED,
+                        "model": call.model,
+                        "choices": [
+                            {
+                                "text": piece,
+                                "index": 0,
+                                "logprobs": None,
+                                "finish_reason": (reply.stop_reason or "stop") if last else None,
+                            }
+                        ],
+                        "system_fingerprint": "fp_fake",
+                    }
+                ),
             )
         yield None, "[DONE]"
 
@@ -813,7 +875,14 @@ class _ResponsesBuilder(_Builder):
                     "type": "message",
                     "status": "completed",
                     "role": "assistant",
-                    "content": [{"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}],
+                    "content": [
+                        {
+                            "type": "output_text",
+                            "text": reply.text,
+                            "annotations": [],
+                            "logprobs": [],
+                        }
+                    ],
                 }
             )
         for i, tc in enumerate(reply.tool_calls):
@@ -953,9 +1022,18 @@ class _MessagesBuilder(_Builder):
         if reply.text is not None:
             blocks.append({"type": "text", "text": reply.text})
         for i, tc in enumerate(reply.tool_calls):
-            args = tc.arguments if isinstance(tc.arguments, Mapping) else json.loads(tc.arguments or "{}")
+            args = (
+                tc.arguments
+                if isinstance(tc.arguments, Mapping)
+                else json.loads(tc.arguments or "{}")
+            )
             blocks.append(
-                {"type": "tool_use", "id": tc.id or ids.make("toolu_", i + 1), "name": tc.name, "input": dict(args)}
+                {
+                    "type": "tool_use",
+                    "id": tc.id or ids.make("toolu_", i + 1),
+                    "name": tc.name,
+                    "input": dict(args),
+                }
             )
         return blocks
 
@@ -986,7 +1064,7 @@ class _MessagesBuilder(_Builder):
 
     def stream(self, call: Call, reply: Reply, ids: _Ids) -> Iterator[tuple[str | None, str]]:
         inp, out = _usage_numbers(call, reply)
-        start = {
+        start: dict[str, Any] = {
             "id": ids.make("msg_"),
             "type": "message",
             "role": "assistant",
@@ -999,44 +1077,68 @@ class _MessagesBuilder(_Builder):
         yield "message_start", _dumps({"type": "message_start", "message": start})
         for index, block in enumerate(self._blocks(reply, ids)):
             if block["type"] == "text":
-                yield "content_block_start", _dumps(
-                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+                yield (
+                    "content_block_start",
+                    _dumps(
+                        {
+                            "type": "content_block_start",
+                            "index": index,
+                            "content_block": {"type": "text", "text": ""},
+                        }
+                    ),
                 )
                 if index == 0:
                     yield "ping", _dumps({"type": "ping"})
                 for piece in _split_text(block["text"], reply.chunks):
-                    yield "content_block_delta", _dumps(
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "text_delta", "text": piece},
-                        }
+                    yield (
+                        "content_block_delta",
+                        _dumps(
+                            {
+                                "type": "content_block_delta",
+                                "index": index,
+                                "delta": {"type": "text_delta", "text": piece},
+                            }
+                        ),
                     )
             else:
-                yield "content_block_start", _dumps(
-                    {
-                        "type": "content_block_start",
-                        "index": index,
-                        "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
-                    }
+                yield (
+                    "content_block_start",
+                    _dumps(
+                        {
+                            "type": "content_block_start",
+                            "index": index,
+                            "content_block": {
+                                "type": "tool_use",
+                                "id": block["id"],
+                                "name": block["name"],
+                                "input": {},
+                            },
+                        }
+                    ),
                 )
                 if index == 0:
                     yield "ping", _dumps({"type": "ping"})
                 for part in _split_args(_dumps(block["input"])):
-                    yield "content_block_delta", _dumps(
-                        {
-                            "type": "content_block_delta",
-                            "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": part},
-                        }
+                    yield (
+                        "content_block_delta",
+                        _dumps(
+                            {
+                                "type": "content_block_delta",
+                                "index": index,
+                                "delta": {"type": "input_json_delta", "partial_json": part},
+                            }
+                        ),
                     )
             yield "content_block_stop", _dumps({"type": "content_block_stop", "index": index})
-        yield "message_delta", _dumps(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": self._stop(reply), "stop_sequence": None},
-                "usage": {"output_tokens": out},
-            }
+        yield (
+            "message_delta",
+            _dumps(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": self._stop(reply), "stop_sequence": None},
+                    "usage": {"output_tokens": out},
+                }
+            ),
         )
         yield "message_stop", _dumps({"type": "message_stop"})
 
