@@ -250,13 +250,14 @@ def classify(
     # --- append: the fast path, digests only.
     if p == len(old):
         return _append(len(old), len(new), p, system_changed, "request extends the history")
-    if (
-        lenient_last_reply
-        and p == len(old) - 1
-        and p < len(new)
-        and same_reply(before.messages[p], after.messages[p])
-    ):
-        return _append(len(old), len(new), p, system_changed, "request extends the history (re-serialised last reply)")
+    if p == len(old) - 1 and p < len(new):
+        last, sent = before.messages[p], after.messages[p]
+        if lenient_last_reply and same_reply(last, sent):
+            return _append(len(old), len(new), p, system_changed, "request extends the history (re-serialised last reply)")
+        same_role = last.role == sent.role or (last.role == "tool" and sent.role == "user")
+        if same_role and len(sent.parts) > len(last.parts) and sent.parts[: len(last.parts)] == last.parts:
+            # Anthropic puts the next user text into the message holding the tool results.
+            return _append(len(old), len(new), p, system_changed, "request extends the history (last message extended)")
 
     return _classify_general(before, after, markers, p, system_changed)
 

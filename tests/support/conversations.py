@@ -982,6 +982,32 @@ def compact(
     return replace(c, style=style)
 
 
+def scrub(conv: Conversation, values: Iterable[str], replacement: str = "(value omitted)") -> Conversation:
+    """Remove every occurrence of ``values`` from every turn (texts and tool-call
+    arguments): what a compaction does when it drops a binding from *every* message."""
+    vals = sorted(set(values), key=len, reverse=True)
+
+    def clean(text: str) -> str:
+        for v in vals:
+            text = text.replace(v, replacement)
+        return text
+
+    def clean_obj(obj: Any) -> Any:
+        if isinstance(obj, str):
+            return clean(obj)
+        if isinstance(obj, Mapping):
+            return {k: clean_obj(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [clean_obj(v) for v in obj]
+        return obj
+
+    turns = [
+        replace(t, text=clean(t.text), calls=tuple(replace(c, arguments=clean_obj(c.arguments)) for c in t.calls))
+        for t in conv.turns
+    ]
+    return conv.with_turns(turns, system=clean(conv.system))
+
+
 def benign_truncation(conv: Conversation) -> Compaction:
     """Plain truncation that cuts only the read-only head (before the first binding)."""
     return compact(conv, "truncation", keep_last=len(conv.turns) - conv.first_binding_step())
@@ -1065,6 +1091,7 @@ __all__ = [
     "build_task",
     "compact",
     "benign_truncation",
+    "scrub",
     "mask",
     "write_summary",
     "transcript",
