@@ -257,7 +257,7 @@ async def run_story(
     """
     headers = {"Authorization": f"Bearer {api_key}", **(extra_headers or {})}
     result = StoryResult(base_url=base_url, revision=revision)
-    steps = [(instr.replace("orders service", f"{service} service"), out) for instr, out in STEPS]
+    steps = [(instr.replace("orders", service), out.replace("orders", service)) for instr, out in STEPS]
     steps[0] = (steps[0][0], _apply_output(revision))
     own = session is None
     http = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))

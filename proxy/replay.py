@@ -41,12 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from proxy.gate.events import EventLog
 from proxy.server.headers import tenant_of
 from proxy.server.hooks import Decision, Exchange, Interceptor, ResponseTap
+from proxy.yamlconf import ConfigError
 from proxy.server.routes import classify
 
 __all__ = [
     "GateEngine",
+    "LocalGateEngine",
+    "build_engine",
     "ReplayRecord",
     "ReplayResult",
     "add_arguments",
@@ -310,6 +314,15 @@ def _field(event: Mapping[str, Any], name: str) -> str:
     return str(value or "")
 
 
+def _required(event: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The dropped or altered bindings an open obligation needs (all, if unmarked)."""
+    d = _details(event)
+    lost = [b for b in list(d.get("dropped") or ()) + list(d.get("altered") or ()) if isinstance(b, Mapping)]
+    if any("required" in b for b in lost):
+        return [b for b in lost if b.get("required")]
+    return lost
+
+
 def is_destructive(event: Mapping[str, Any]) -> bool:
     """True for an event recording a destructive compaction."""
     d = _details(event)
@@ -424,9 +437,8 @@ async def replay_records(
                     result.destructive.append(
                         DestructiveFinding(record.line, cid, decision.action, dict(event))
                     )
-                    for item in _details(event).get("dropped", []) or []:
-                        if isinstance(item, Mapping):
-                            result.dropped_kinds[str(item.get("kind", "unknown"))] += 1
+                    for item in _required(event):
+                        result.dropped_kinds[str(item.get("kind", "unknown"))] += 1
             seen_events[cid] = len(events)
         if progress is not None:
             progress.update(done)
@@ -459,7 +471,7 @@ def render_table(result: ReplayResult) -> str:
     for kind, n in sorted(result.transitions.items(), key=lambda kv: (-kv[1], kv[0])):
         rows.append((f"event {kind}", f"{n:,}"))
     for kind, n in sorted(result.dropped_kinds.items(), key=lambda kv: (-kv[1], kv[0])):
-        rows.append((f"dropped {kind}", f"{n:,}"))
+        rows.append((f"required {kind} lost", f"{n:,}"))
     width = max(len(k) for k, _ in rows)
     vwidth = max(len(v) for _, v in rows)
     title = f"replay of {result.source or 'input'} (policy {result.policy or 'default'})"
@@ -467,8 +479,13 @@ def render_table(result: ReplayResult) -> str:
     lines = [title, rule, *(f"{k.ljust(width)}   {v.rjust(vwidth)}" for k, v in rows), rule]
     for finding in result.destructive[:20]:
         d = finding.to_json()
-        values = ", ".join(str(b.get("value")) for b in d["dropped"] if isinstance(b, Mapping))
-        lines.append(f"line {finding.line}: {d['transition'] or 'compaction'} dropped {values or '?'} -> {finding.action}")
+        required = _required(finding.event)
+        values = ", ".join(str(b.get("value")) for b in required)
+        others = len(d["dropped"]) + len(d["altered"]) - len(required)
+        more = f" (+{others} not required)" if others > 0 else ""
+        lines.append(
+            f"line {finding.line}: {d['transition'] or 'compaction'} lost {values or '?'}{more} -> {finding.action}"
+        )
     if len(result.destructive) > 20:
         lines.append(f"… and {len(result.destructive) - 20} more (see the reports)")
     return "\n".join(lines) + "\n"
@@ -552,11 +569,61 @@ def write_reports(result: ReplayResult, out_dir: Path) -> tuple[Path, Path]:
 # -- CLI --------------------------------------------------------------------------------
 
 
-def build_engine(policy: str) -> GateEngine:
-    """The gate (tracker + analysis + policy) with in-memory state, as ``serve`` builds it."""
-    from proxy.gate.replay_engine import build_replay_engine
+class _IndexedEventLog(EventLog):
+    """The gate's event log, also indexed by conversation (cheap per-line lookups)."""
 
-    return build_replay_engine(policy)
+    def __init__(self) -> None:
+        super().__init__(maxlen=10_000_000)
+        self.by_conversation: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, kind: str, action: str, **fields: Any) -> dict[str, Any]:
+        event = super().add(kind, action, **fields)
+        cid = event.get("conversation")
+        if isinstance(cid, str):
+            self.by_conversation.setdefault(cid, []).append(event)
+        return event
+
+
+class LocalGateEngine:
+    """The gate exactly as ``serve`` builds it (tracker, policy, interceptor), with
+    in-memory state and no server around it."""
+
+    def __init__(self, policy: str, *, max_conversations: int = 1_000_000) -> None:
+        from proxy.gate.interceptor import GateInterceptor
+        from proxy.gate.tracker import Tracker, TrackerConfig
+        from proxy.policy import PolicyHolder
+        from proxy.state.memory import MemoryStore
+
+        self._log = _IndexedEventLog()
+        tracker = Tracker(MemoryStore(), TrackerConfig(max_conversations=max_conversations))
+        self.gate = GateInterceptor(tracker, PolicyHolder(policy), events=self._log)
+        self.gate.events = self._log  # an empty log is falsy: make sure ours is used
+
+    @property
+    def interceptor(self) -> Interceptor:
+        return self.gate
+
+    async def start(self) -> None:
+        await self.gate.tracker.start()
+
+    def events(self, conversation_id: str) -> list[dict[str, Any]]:
+        return list(self._log.by_conversation.get(conversation_id, ()))
+
+    def conversation_ids(self) -> list[str]:
+        return [rec.id for rec in reversed(self.gate.tracker.conversations())]
+
+    async def close(self) -> None:
+        await self.gate.tracker.close()
+
+
+async def build_engine(policy: str) -> LocalGateEngine:
+    """The gate for ``policy`` (a preset name or a file), started.
+
+    Raises :class:`proxy.yamlconf.ConfigError` (file:line) for a bad policy file.
+    """
+    engine = LocalGateEngine(policy)
+    await engine.start()
+    return engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -585,9 +652,9 @@ async def _run_async(args: argparse.Namespace) -> int:
     if enabled is None:
         enabled = sys.stderr.isatty() and len(records) >= 200
     try:
-        engine = build_engine(args.policy)
-    except Exception as exc:  # noqa: BLE001 - a bad policy is a usage error
-        print(f"compaction-gate replay: {exc}", file=sys.stderr)
+        engine = await build_engine(args.policy)
+    except (ConfigError, OSError, ValueError) as exc:  # a bad policy is a usage error
+        print(f"compaction-gate replay: policy error:\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         result = await replay_records(

@@ -150,7 +150,7 @@ async def test_replay_loop_feeds_taps_and_attributes_events_to_lines() -> None:
     assert result.actions == {"none": 3, "warn": 1}
     assert "5/5" in stream.getvalue() and stream.getvalue().endswith("\n")
     table = render_table(result)
-    assert "destructive compactions" in table and "line 4: summarize dropped 4b1e9c2d7a30 -> warn" in table
+    assert "destructive compactions" in table and "line 4: summarize lost 4b1e9c2d7a30 -> warn" in table
 
 
 def test_normalise_events_drops_volatile_fields_and_renames_conversations() -> None:
