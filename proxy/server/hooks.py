@@ -58,7 +58,8 @@ class Exchange:
     JSON (``None`` otherwise, e.g. GET requests and raw non-JSON routes). ``stream``
     is the request's ``"stream": true`` flag; ``model`` its ``"model"`` string.
     ``headers`` are lower-cased and exclude credentials, cookies and hop-by-hop
-    headers. ``request_id`` is the proxy's own id for correlating log lines.
+    headers. ``path`` and ``query`` are percent-decoded (the raw bytes are forwarded
+    upstream unchanged). ``request_id`` is the proxy's own id for correlating log lines.
     """
 
     method: str
@@ -121,7 +122,8 @@ class ResponseTap(Protocol):
     """Observes (and may rewrite) one upstream response.
 
     Call order for a JSON (non-SSE) response: ``feed_json`` once with the complete,
-    decoded body. For an SSE response: ``feed_event`` per complete event, then
+    decoded body (any status, so error bodies are seen too; ``b""`` for HEAD, 204 and
+    304, whose return value is ignored). For an SSE response: ``feed_event`` per complete event, then
     ``finish()`` when upstream ended cleanly. ``closed(reason)`` is called instead of
     ``finish()`` (or instead of ``feed_json``) when the exchange ends abnormally:
     ``client_disconnected``, ``upstream_error``, ``upstream_timeout``,
