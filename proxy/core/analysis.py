@@ -15,8 +15,9 @@ extraction pass ``before_identifiers`` / ``after_identifiers``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from .diff import LostBinding, VisibleText, diff_identifiers
 from .identifiers.model import SYSTEM_INDEX, Identifier
@@ -97,9 +98,12 @@ class Analysis:
 
 
 def _extract(snapshot: Snapshot, catalog: object | None) -> list[Identifier]:
-    from .identifiers.extract import extract_snapshot  # the identifier layer
+    """The identifier layer (``catalog``: a :class:`~.identifiers.catalog.Catalog` or
+    ``None`` for the built-in one; typed loosely so callers need not import it)."""
+    from .identifiers.catalog import Catalog
+    from .identifiers.extract import extract_snapshot
 
-    return list(extract_snapshot(snapshot, catalog))
+    return list(extract_snapshot(snapshot, catalog if isinstance(catalog, Catalog) else None))
 
 
 def analyze(
@@ -149,7 +153,7 @@ def analyze(
     def mark(b: LostBinding) -> LostBinding:
         return dataclasses.replace(b, required=(b.norm in required and not b.sensitive))
 
-    by_req = lambda b: (not b.required, b.regenerable, b.source.message_index, b.value)  # noqa: E731
+    by_req = lambda b: (not b.required, b.regenerable, b.source.message_index, b.value)
     dropped = tuple(sorted((mark(b) for b in d.dropped), key=by_req))
     altered = tuple(sorted((mark(b) for b in d.altered), key=by_req))
     missing = frozenset(b.norm for b in dropped + altered)

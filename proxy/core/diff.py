@@ -22,8 +22,9 @@ substring search per lost identifier.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 from .identifiers.model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Source, redact
 from .identifiers.normalize import HEX_KINDS, find_altered_in_text, relation
@@ -44,7 +45,7 @@ class SourceRef:
     mutating: bool | None = None
 
     @classmethod
-    def of(cls, s: Source) -> "SourceRef":
+    def of(cls, s: Source) -> SourceRef:
         return cls(s.message_index, s.role, s.origin, s.tool_name, s.command, s.mutating)
 
     def describe(self) -> str:
@@ -295,7 +296,7 @@ def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> Identi
     altered: list[LostBinding] = []
     survived = 0
     by_norm = _merge_kinds(group_by_norm(lost))
-    for norm, occ in by_norm.items():
+    for occ in by_norm.values():
         occ.sort(key=_rank)
         rep = occ[0]
         if any(survives(i, visible) for i in occ):
@@ -317,7 +318,7 @@ def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> Identi
             seen_at=tuple(sorted({i.source.message_index for i in occ})),
         )
         (altered if to is not None else dropped).append(entry)
-    order = lambda b: (b.regenerable, b.source.message_index, b.value)  # noqa: E731
+    order = lambda b: (b.regenerable, b.source.message_index, b.value)
     return IdentifierDiff(
         dropped=tuple(sorted(dropped, key=order)),
         altered=tuple(sorted(altered, key=order)),

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -161,6 +162,7 @@ def _marker_list(obj: Any, path: tuple[Any, ...], lines: _Lines) -> tuple[Marker
     out: list[Marker] = []
     for i, item in enumerate(obj):
         p = path + (i,)
+        text: Any
         if isinstance(item, str):
             text, where = item, frozenset[str]()
         else:

@@ -20,8 +20,9 @@ Pure functions; the token counter is injected (default: tiktoken ``cl100k_base``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from .diff import IdentifierDiff, SourceRef
 from .identifiers.model import Identifier
@@ -56,7 +57,7 @@ def default_token_counter() -> tuple[str, TokenCounter]:
                 return len(enc.encode(text, disallowed_special=()))
 
             _COUNTER.append(("cl100k_base", count))
-        except Exception:  # pragma: no cover - tokenizer missing or offline files absent
+        except Exception:  # noqa: BLE001  # pragma: no cover - any tokenizer failure: fall back
             _COUNTER.append(("words", count_words))
     return _COUNTER[0]
 

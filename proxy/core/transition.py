@@ -30,9 +30,10 @@ Cost: the append path compares digests only (no text is read); the general align
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Literal, Sequence
+from typing import Literal
 
 from .markers import NO_MARKERS, Markers, fold
 from .messages import Message, Part, Snapshot
@@ -198,10 +199,7 @@ def _pair_change(
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{3,}")
 _STOP = frozenset(
-    "this that with from have been were will would should could there their they them then than "
-    "what when where which while your yours into onto over under about after before again also "
-    "just only some such very more most other each both here does done make made like need "
-    "please thanks thank okay sure let's want know".split()
+    ["this", "that", "with", "from", "have", "been", "were", "will", "would", "should", "could", "there", "their", "they", "them", "then", "than", "what", "when", "where", "which", "while", "your", "yours", "into", "onto", "over", "under", "about", "after", "before", "again", "also", "just", "only", "some", "such", "very", "more", "most", "other", "each", "both", "here", "does", "done", "make", "made", "like", "need", "please", "thanks", "thank", "okay", "sure", "let's", "want", "know"]
 )
 
 
@@ -502,7 +500,7 @@ def _last_user(snapshot: Snapshot) -> int | None:
 def _transcript_lines(text: str, labels: Sequence[str]) -> int:
     if not labels:
         labels = ("user", "assistant", "human", "ai", "tool", "system")
-    pat = re.compile(r"^\s*[\[\*<]?(" + "|".join(re.escape(w) for w in labels) + r")[\]\*>]?\s*[:>]", re.I | re.M)
+    pat = re.compile(r"^\s*[\[\*<]?(" + "|".join(re.escape(w) for w in labels) + r")[\]\*>]?\s*[:>]", re.IGNORECASE | re.MULTILINE)
     return len(pat.findall(text))
 
 

@@ -8,7 +8,7 @@ bindings it dropped — no more, no fewer.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 import pytest
 

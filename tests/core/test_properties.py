@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from proxy.core.analysis import analyze
 from proxy.core.markers import default_markers

@@ -13,8 +13,8 @@ from proxy.core.transition import classify, detect_summarize_request, looks_like
 from tests.support.conversations import (
     MASK_STYLES,
     STYLES,
-    TASKS,
     SUMMARIZE_PROMPTS,
+    TASKS,
     Turn,
     build_task,
     compact,

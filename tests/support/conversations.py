@@ -38,8 +38,9 @@ import json
 import random
 import re
 import string
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from proxy.core.messages import Snapshot, from_anthropic, from_openai_chat
 
@@ -152,11 +153,11 @@ class Conversation:
 
     # ---- building
 
-    def then(self, *turns: Turn) -> "Conversation":
+    def then(self, *turns: Turn) -> Conversation:
         """The same conversation with turns appended (an ``append`` transition)."""
         return replace(self, turns=self.turns + tuple(turns))
 
-    def with_turns(self, turns: Sequence[Turn], **changes: Any) -> "Conversation":
+    def with_turns(self, turns: Sequence[Turn], **changes: Any) -> Conversation:
         return replace(self, turns=tuple(turns), **changes)
 
     # ---- rendering
@@ -1079,22 +1080,22 @@ def summarization_request(conv: Conversation, style: str) -> Conversation:
 
 
 __all__ = [
+    "MASK_STYLES",
+    "STYLES",
+    "SUMMARIZE_PROMPTS",
+    "TASKS",
+    "Compaction",
     "Conversation",
-    "Turn",
-    "ToolCall",
     "Planted",
     "Step",
-    "Compaction",
-    "TASKS",
-    "STYLES",
-    "MASK_STYLES",
+    "ToolCall",
+    "Turn",
+    "benign_truncation",
     "build_task",
     "compact",
-    "benign_truncation",
-    "scrub",
     "mask",
-    "write_summary",
-    "transcript",
+    "scrub",
     "summarization_request",
-    "SUMMARIZE_PROMPTS",
+    "transcript",
+    "write_summary",
 ]
