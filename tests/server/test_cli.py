@@ -113,12 +113,15 @@ async def test_real_process_serves_and_stops_on_sigterm(
         async with aiohttp.ClientSession() as s:
             async with s.get(url + "/healthz") as r:
                 assert (await r.json())["status"] == "ok"
-            async with s.post(
-                url + "/v1/chat/completions", json={"model": "m", "messages": []}
-            ) as r:
+            # A proxied route that does not start model-specific warm-up in the gate,
+            # so the process lifecycle (not tokenizer loading) is what is measured.
+            async with s.get(url + "/v1/models", headers={"authorization": "Bearer sk-x"}) as r:
                 assert r.status == 200
-        access = json.loads(await asyncio.wait_for(proc.stderr.readline(), timeout=5))
-        assert access["msg"] == "request" and access["route"] == "/v1/chat/completions"
+                assert r.headers["x-compaction-gate-action"]
+        access = await asyncio.wait_for(proc.stderr.readline(), timeout=5)
+        record = json.loads(access)
+        assert record["msg"] == "request" and record["route"] == "/v1/models"
+        assert b"sk-x" not in access
     finally:
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(proc.wait(), timeout=20)
