@@ -223,6 +223,7 @@ class GateInterceptor:
             **details,
         )
         self._count_metrics(kind, action, details)
+        self._log_decision(ex, cid, kind, action, ev)
         if cid is not None and hasattr(self.tracker, "add_event"):
             try:
                 message = details.get("message", "")
@@ -236,6 +237,34 @@ class GateInterceptor:
                 )
             except Exception:
                 log.exception("could not append the gate event to the conversation")
+
+    @staticmethod
+    def _log_decision(ex: Exchange, cid: str | None, kind: str, action: str, details: dict[str, Any]) -> None:
+        """One JSON log line per decision: kinds and counts only, never identifier values."""
+        required = details.get("required") or ()
+        lost = list(details.get("dropped") or ()) + list(details.get("altered") or ())
+        fields: dict[str, Any] = {
+            "request_id": ex.request_id,
+            "conversation": cid,
+            "event": kind,
+            "action": action,
+            "tenant": ex.tenant,
+            "route": ex.path,
+        }
+        for key in ("verdict", "transition", "agent", "policy", "stage", "error"):
+            if details.get(key) is not None:
+                fields[key] = details[key]
+        if required:
+            fields["required_missing"] = len(required)
+            fields["required_kinds"] = sorted(
+                {str(b.get("kind")) for b in lost if isinstance(b, dict) and b.get("value") in set(required)}
+            )
+        if lost:
+            fields["lost"] = len(lost)
+        for key in ("reinjected", "hallucinated", "appended", "missing"):
+            if details.get(key):
+                fields[key] = len(details[key])
+        log.info("decision", extra={"fields": fields})
 
     def _count_metrics(self, kind: str, action: str, details: dict[str, Any]) -> None:
         """Translate one recorded event into metrics (kinds only, never values)."""
