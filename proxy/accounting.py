@@ -174,6 +174,11 @@ class TokenAccounting:
         with self._lock:
             if counter is not None:
                 self._counters[info.tokenizer] = counter
+        try:
+            self._count_fn(info.tokenizer)("warm up")  # load the BPE file here, not on a request
+        except Exception as exc:  # pragma: no cover - tiktoken files missing
+            log.warning("token accounting: no tokenizer for %s: %s", m, type(exc).__name__)
+        with self._lock:
             self._info[m] = info
             self._warming.discard(m)
         return info

@@ -34,7 +34,6 @@ Contracts:
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
@@ -274,13 +273,17 @@ class LineageIndex:
         ns = self._ns.get(probe.namespace)
         if ns is None:
             return []
-        hits: Counter[str] = Counter()
+        hits: dict[str, int] = {}
+        postings = ns.postings
         for d in set(_sample(probe.digests)):
-            s = ns.postings.get(d)
-            if s and len(s) <= MAX_POSTINGS:
-                hits.update(s)
+            s = postings.get(d)
+            if s is not None and len(s) <= MAX_POSTINGS:
+                for cid in s:
+                    hits[cid] = hits.get(cid, 0) + 1
         if not hits:
             return []
+        if len(hits) == 1:
+            return [self._hist[next(iter(hits))]]
         ranked = sorted(hits.items(), key=lambda kv: (kv[1], self._hist[kv[0]].last_seen), reverse=True)
         return [self._hist[cid] for cid, _ in ranked[:MAX_CANDIDATES]]
 
@@ -288,11 +291,12 @@ class LineageIndex:
         ns = self._ns.get(probe.namespace)
         if ns is None or not probe.text_lines:
             return None
-        hits: Counter[str] = Counter()
+        hits: dict[str, int] = {}
         for fp in probe.text_lines:
             s = ns.lines.get(fp)
-            if s and len(s) <= MAX_POSTINGS:
-                hits.update(s)
+            if s is not None and len(s) <= MAX_POSTINGS:
+                for cid in s:
+                    hits[cid] = hits.get(cid, 0) + 1
         if not hits:
             return None
         cid, n = max(hits.items(), key=lambda kv: (kv[1], self._hist[kv[0]].last_seen))
@@ -398,10 +402,21 @@ def match(index: LineageIndex, probe: Probe) -> Match:
     best: Match = NEW
     best_h: History | None = None
     if probe.digests:
-        for h in index._candidates(probe):
-            m = _evaluate(h, probe)
-            if best_h is None or _better(m, best, h, best_h, probe):
-                best, best_h = m, h
+        candidates = index._candidates(probe)
+        # first the cheap, C-level extension check over every candidate; the O(history)
+        # compaction analysis only runs when nothing extends
+        r = probe.digests
+        for h in candidates:
+            L = h.request_len
+            if len(r) >= L and r[:L] == h.digests[:L]:
+                m = Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
+                if best_h is None or _better(m, best, h, best_h, probe):
+                    best, best_h = m, h
+        if best_h is None:
+            for h in candidates:
+                m = _evaluate(h, probe)
+                if best_h is None or _better(m, best, h, best_h, probe):
+                    best, best_h = m, h
     if best_h is not None and best.relation != "new":
         if probe.summarize_hint:
             return _as_side_request(best, best_h)

@@ -11,7 +11,6 @@ tenants are key hashes and no request header is stored.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +26,7 @@ _COMPACTIONS = frozenset({"compacted", "summarize", "truncate", "mask", "edit", 
 
 
 def event_json(rec: ConversationRecord, e: GateEvent) -> dict[str, Any]:
-    d = asdict(e)
+    d = e.as_dict()
     d["conversation_id"] = rec.id
     return d
 
@@ -55,7 +54,7 @@ def conversation_json(rec: ConversationRecord, *, detail: bool = False) -> dict[
         "event_count": len(rec.events),
     }
     if detail:
-        out["timeline"] = [asdict(t) for t in rec.timeline]
+        out["timeline"] = [t.as_dict() for t in rec.timeline]
         out["events"] = [event_json(rec, e) for e in rec.events]
     return out
 

@@ -8,7 +8,7 @@ conversations and requests); a conversation refers to its messages by digest.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.messages import Message, Part, make_message
@@ -53,8 +53,12 @@ class TimelineEntry:
     reply_digests: list[str] = field(default_factory=list)
     status: str = "pending"
 
+    def as_dict(self) -> dict[str, Any]:
+        """Shallow field dict (``dataclasses.asdict`` deep-copies: too slow per request)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        return json.dumps(self.as_dict(), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> TimelineEntry:
@@ -78,8 +82,11 @@ class GateEvent:
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+        return json.dumps(self.as_dict(), separators=(",", ":"), default=str)
 
     @classmethod
     def from_json(cls, text: str) -> GateEvent:
