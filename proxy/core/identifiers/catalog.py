@@ -49,6 +49,10 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import yaml
 
+# Rules compile with the standard library engine; the scanner (see .scanner) keeps
+# every pattern off the bulk of a text, so engine speed on full scans matters little.
+_engine = re
+
 from .filters import DEFAULT_FILTERS, FILTERS, Filter
 from .validators import VALIDATORS, Validator
 
@@ -57,12 +61,16 @@ __all__ = ["Catalog", "CatalogError", "Rule", "Example", "DEFAULT_RULES_FILE"]
 DEFAULT_RULES_FILE = "detectors.yaml"
 
 ContextScope = Literal["window", "line", "text"]
+Boundary = Literal["word", "camel"]
+#: Compiled pattern of the rule engine (``regex`` when available, else ``re``).
+Pattern = Any
 
 _RULE_KEYS = frozenset(
     {
         "id", "kind", "description", "pattern", "group", "ignore_case", "anchors", "context",
         "regenerable", "sensitive", "priority", "nests", "norm", "validators", "filters",
-        "skip_filters", "examples", "negative_examples", "max_len",
+        "skip_filters", "examples", "negative_examples", "max_len", "prefilter", "reach", "boundary",
+        "tokens", "expand",
     }
 )
 _CONTEXT_KEYS = frozenset({"required", "boost", "window", "scope"})
@@ -90,7 +98,7 @@ class Rule:
 
     id: str
     kind: str
-    pattern: re.Pattern[str]
+    pattern: Pattern
     group: str | int
     anchors: tuple[str, ...]
     context_required: re.Pattern[str] | None
@@ -111,6 +119,23 @@ class Rule:
     description: str = ""
     origin: str = ""
     max_len: int = 0
+    #: A character-run prefilter (``hex``: 7+ hex digits; ``alnum26``: 26+ alphanumerics;
+    #: ``underscore8``: ``_`` then 8+ alphanumerics), computed once per text.
+    prefilter: str | None = None
+    #: How far a match may start before / end after an anchor or prefilter hit.
+    reach: tuple[int, int] = (64, 1024)
+    #: Check at the match start: ``word`` (no letter/digit before) or ``camel`` (also
+    #: allows ``fooId``/``foo_id``); cheaper than a leading look-behind.
+    boundary: Boundary | None = None
+    #: Lower-cased literal forms of the required context keywords with, for each, whether
+    #: it is a whole word (checked against the text's word set) or a substring.
+    context_literals: tuple[tuple[str, bool], ...] = ()
+    #: Whole-word anchors (lower case; snake/kebab/camel pieces of the text count).
+    tokens: tuple[str, ...] = ()
+    #: Characters that may precede an anchor inside the identifier (``/`` in a path,
+    #: ``://`` in a URL): the match starts at the left end of their run (a ``bytes``
+    #: pattern run over the reversed ASCII view of the text).
+    expand: "re.Pattern[bytes] | None" = None
     raw: str = field(default="", compare=False, repr=False)
 
 
@@ -182,6 +207,27 @@ def _keyword_regex(words: Sequence[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(pieces), re.I)
 
 
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_SUFFIXES = ("", "s", "es", "ed", "d", "ing")
+
+
+def _context_literals(required: Sequence[str]) -> tuple[tuple[str, bool], ...]:
+    """Presence tests for context keywords: plain words become word tests for each
+    inflection the keyword regex accepts; prefixes (``x*``), phrases and symbols become
+    substring tests."""
+    out: dict[tuple[str, bool], None] = {}
+    for k in required:
+        low = k.lower()
+        if low.endswith("*"):
+            out[(low[:-1], False)] = None
+        elif _WORD_RE.fullmatch(low):
+            for suf in _SUFFIXES:
+                out[(low + suf, True)] = None
+        else:
+            out[(low, False)] = None
+    return tuple(out)
+
+
 def _as_str_list(v: Any, what: str, where: str) -> tuple[str, ...]:
     if v is None:
         return ()
@@ -243,7 +289,7 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         raise CatalogError(f"{where}: 'pattern' must be a non-empty string")
     flags = re.I if raw.get("ignore_case") else 0
     try:
-        rx = re.compile(pat, flags)
+        rx = _engine.compile(pat, flags)
     except re.error as e:
         raise CatalogError(f"{where}: bad pattern: {e}") from None
     group: str | int
@@ -295,6 +341,28 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
     if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 0:
         raise CatalogError(f"{where}: 'max_len' must be a non-negative integer")
     desc = raw.get("description", "")
+    prefilter = raw.get("prefilter")
+    if prefilter not in (None, "hex", "alnum26", "underscore8"):
+        raise CatalogError(f"{where}: 'prefilter' must be one of hex, alnum26, underscore8")
+    reach_raw = raw.get("reach", [64, max_len or 1024])
+    if (
+        not isinstance(reach_raw, list)
+        or len(reach_raw) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in reach_raw)
+    ):
+        raise CatalogError(f"{where}: 'reach' must be [before, after] non-negative integers")
+    expand_raw = raw.get("expand")
+    expand = None
+    if expand_raw is not None:
+        if not isinstance(expand_raw, str) or not expand_raw.startswith("[") or not expand_raw.endswith("]"):
+            raise CatalogError(f"{where}: 'expand' must be a regex character class such as '[\\w./-]'")
+        try:
+            expand = re.compile(f"(?:{expand_raw})*".encode(), re.ASCII)
+        except re.error as e:
+            raise CatalogError(f"{where}: bad 'expand' class: {e}") from None
+    boundary = raw.get("boundary")
+    if boundary not in (None, "word", "camel"):
+        raise CatalogError(f"{where}: 'boundary' must be 'word' or 'camel'")
     return Rule(
         id=rid,
         kind=kind,
@@ -319,6 +387,12 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         description=str(desc or ""),
         origin=where.rsplit(": rule", 1)[0],
         max_len=max_len,
+        prefilter=prefilter,
+        reach=(reach_raw[0], reach_raw[1]),
+        boundary=boundary,
+        context_literals=_context_literals(required),
+        tokens=tuple(t.lower() for t in _as_str_list(raw.get("tokens"), "tokens", where)),
+        expand=expand,
         raw=json.dumps({k: v for k, v in raw.items() if k != "__line__"}, sort_keys=True, default=str),
     )
 

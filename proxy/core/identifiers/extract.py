@@ -40,8 +40,9 @@ from proxy.core.messages import TEXTUAL_KINDS, Message, Part, Snapshot
 from .catalog import Catalog, Rule
 from .commands import CallClass, classify_call
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Origin, Source, redact
-from .normalize import normalize, trim_value
+from .normalize import normalize
 from .regen import CallRecord, RegenPolicy, default_regenerable, mark_regenerability
+from .scanner import Cand, candidates
 
 __all__ = [
     "Match",
@@ -113,71 +114,6 @@ DEFAULT_CACHE = ScanCache()
 # --------------------------------------------------------------------------- scanning
 
 
-@dataclass(slots=True)
-class _Cand:
-    rule: Rule
-    start: int
-    end: int
-    value: str
-    norm_groups: dict[str, str] | None
-
-
-def _context_ok(rule: Rule, text: str, start: int, end: int, src_ctx: str) -> bool:
-    rx = rule.context_required
-    if rx is None:
-        return True
-    if src_ctx and rx.search(src_ctx):
-        return True
-    if rule.scope == "text":
-        return rx.search(text) is not None
-    if rule.scope == "line":
-        ls = text.rfind("\n", 0, start) + 1
-        le = text.find("\n", end)
-        return rx.search(text, ls, le if le >= 0 else len(text)) is not None
-    ws = max(0, start - rule.window)
-    we = min(len(text), end + max(rule.window // 2, 10))
-    # search the window as a slice so that keyword boundaries see real neighbours
-    return rx.search(text[ws:we]) is not None
-
-
-def _candidates(text: str, low: str, src_ctx: str, catalog: Catalog) -> list[_Cand]:
-    src_low = src_ctx.lower()
-    out: list[_Cand] = []
-    text_scope_cache: dict[int, bool] = {}
-    for rule in catalog.rules:
-        if rule.anchors and not any(a in low or a in src_low for a in rule.anchors):
-            continue
-        if rule.scope == "text" and rule.context_required is not None:
-            key = id(rule.context_required)
-            ok = text_scope_cache.get(key)
-            if ok is None:
-                ok = bool(rule.context_required.search(text) or rule.context_required.search(src_ctx))
-                text_scope_cache[key] = ok
-            if not ok:
-                continue
-        grp = rule.group
-        for m in rule.pattern.finditer(text):
-            s, e = m.span(grp)
-            if s < 0 or e <= s:
-                continue
-            value = text[s:e]
-            if grp != 0 or rule.norm is None:
-                value, s, e = trim_value(value, s, e)
-                if not value:
-                    continue
-            if rule.scope != "text" and not _context_ok(rule, text, s, e, src_ctx):
-                continue
-            if not all(v(value) for v in rule.validators):
-                continue
-            if any(f(value) for f in rule.filters):
-                continue
-            groups: dict[str, str] | None = None
-            if rule.norm is not None:
-                groups = {k: (v or "") for k, v in m.groupdict().items()}
-            out.append(_Cand(rule, s, e, value, groups))
-    return out
-
-
 class _Intervals:
     """Disjoint half-open intervals sorted by start, with overlap queries."""
 
@@ -185,13 +121,13 @@ class _Intervals:
 
     def __init__(self) -> None:
         self.starts: list[int] = []
-        self.items: list[_Cand] = []
+        self.items: list[Cand] = []
 
-    def overlapping(self, s: int, e: int) -> list[_Cand]:
+    def overlapping(self, s: int, e: int) -> list[Cand]:
         i = bisect.bisect_right(self.starts, s) - 1
         if i < 0:
             i = 0
-        out: list[_Cand] = []
+        out: list[Cand] = []
         n = len(self.items)
         while i < n and self.starts[i] < e:
             c = self.items[i]
@@ -200,17 +136,17 @@ class _Intervals:
             i += 1
         return out
 
-    def add(self, c: _Cand) -> None:
+    def add(self, c: Cand) -> None:
         i = bisect.bisect_left(self.starts, c.start)
         self.starts.insert(i, c.start)
         self.items.insert(i, c)
 
 
-def _strictly_contains(outer: _Cand, inner: _Cand) -> bool:
+def _strictly_contains(outer: Cand, inner: Cand) -> bool:
     return outer.start <= inner.start and inner.end <= outer.end and (outer.end - outer.start) > (inner.end - inner.start)
 
 
-def _resolve(cands: list[_Cand]) -> list[_Cand]:
+def _resolve(cands: list[Cand]) -> list[Cand]:
     cands.sort(key=lambda c: (-c.rule.priority, -(c.end - c.start), c.start))
     atoms = _Intervals()
     containers = _Intervals()
@@ -257,7 +193,7 @@ def _snippet(text: str, s: int, e: int, secrets: Sequence[tuple[int, int]]) -> s
     return ("…" if cs > 0 else "") + snip + ("…" if ce < len(text) else "")
 
 
-def _norm_of(c: _Cand, sensitive: bool) -> str:
+def _norm_of(c: Cand, sensitive: bool) -> str:
     if sensitive:
         return normalize(c.value, c.rule.kind, sensitive=True)
     if c.rule.norm is not None and c.norm_groups is not None:
@@ -274,8 +210,7 @@ def scan_text(text: str, catalog: Catalog | None = None, src_ctx: str = "") -> t
     if not text:
         return ()
     cat = catalog or Catalog.load_default()
-    low = text.lower()
-    cands = _candidates(text, low, src_ctx, cat)
+    cands = candidates(text, cat, src_ctx)
     if not cands:
         return ()
     kept = _resolve(cands)

@@ -126,13 +126,32 @@ _PLACEHOLDER_LITERALS = frozenset(
         "4b825dc642cb6eb9a060e54bf8d69288fbee4904",  # git empty tree
     )
 )
-_PLACEHOLDER_WORDS = (
-    "deadbeef", "cafebabe", "feedface", "baadf00d", "decafbad", "abadbabe", "defaced",
-    "example", "sample", "dummy", "placeholder", "changeme", "your_", "your-", "yourtoken",
-    "xxxx", "redacted", "<", ">", "${", "{{", "%(", "...", "…",
+_PLACEHOLDER_WORDS = re.compile(
+    "|".join(
+        re.escape(w)
+        for w in (
+            "deadbeef", "cafebabe", "feedface", "baadf00d", "decafbad", "abadbabe", "defaced",
+            "example", "sample", "dummy", "placeholder", "changeme", "your_", "your-", "yourtoken",
+            "xxxx", "redacted", "<", ">", "${", "{{", "%(", "...", "…",
+        )
+    )
 )
 _SEQUENCES = ("0123456789abcdefghijklmnopqrstuvwxyz0123456789", "9876543210fedcba9876543210")
 _SEP_RE = re.compile(r"[-_:./]")
+_TYPE_PREFIX = re.compile(r"^[a-z]{1,6}\d{0,3}(?=[-_:])[-_:]")
+
+
+def _mostly_sequence(body: str) -> bool:
+    """A run of a counting sequence covers ≥ 70% of ``body`` (and ≥ 8 characters)."""
+    n = len(body)
+    need = max(8, -(-7 * n // 10))
+    if need > n:
+        return False
+    for seq in _SEQUENCES:
+        for i in range(0, n - need + 1):
+            if body[i : i + need] in seq:
+                return True
+    return False
 
 
 def is_placeholder(value: str) -> bool:
@@ -141,15 +160,14 @@ def is_placeholder(value: str) -> bool:
     ``123e4567-e89b-…``, ``i-1234567890abcdef0``), hexspeak (``deadbeef``), template
     markers (``<id>``, ``${X}``, ``xxxx``)."""
     low = value.lower()
-    if low in _PLACEHOLDER_LITERALS:
-        return True
-    if any(w in low for w in _PLACEHOLDER_WORDS):
+    if low in _PLACEHOLDER_LITERALS or _PLACEHOLDER_WORDS.search(low):
         return True
     core = _SEP_RE.sub("", low)
-    if (len(core) >= 6 and len(set(core)) == 1) or (len(core) >= 8 and len(set(core)) <= 2):
+    distinct = len(set(core))
+    if (len(core) >= 6 and distinct == 1) or (len(core) >= 8 and distinct <= 2):
         return True
     # strip a short alphabetic type prefix such as "i-", "pi_", "sha256:"
-    body = re.sub(r"^[a-z]{1,6}\d{0,3}(?=[-_:])[-_:]", "", low)
+    body = _TYPE_PREFIX.sub("", low)
     if body in _PLACEHOLDER_LITERALS:
         return True
     body = _SEP_RE.sub("", body)
@@ -157,21 +175,9 @@ def is_placeholder(value: str) -> bool:
         if len(set(body)) <= 2:
             return True
         for seq in _SEQUENCES:
-            # the whole body is a run of a counting sequence (e.g. 1234567, abcdef0123)
             if body in seq:
                 return True
-        # mostly a counting sequence: "1234567890abcdef0" and friends
-        longest = 0
-        for seq in _SEQUENCES:
-            for i in range(len(body)):
-                j = 0
-                k = seq.find(body[i]) if body[i] in seq else -1
-                if k < 0:
-                    continue
-                while i + j < len(body) and k + j < len(seq) and body[i + j] == seq[k + j]:
-                    j += 1
-                longest = max(longest, j)
-        if longest >= max(8, int(len(body) * 0.7)):
+        if _mostly_sequence(body):
             return True
     return False
 

@@ -1,0 +1,460 @@
+"""The scanning engine: runs a catalog's rules over one text, fast.
+
+Python's regex engine costs ~10 ms per 200 KB for every pattern that must be tried at
+every position, so rules are never run over a whole text unless they have nothing better.
+Instead (all shared per text and computed lazily, once):
+
+- **Gates**: a rule runs only if one of its ``tokens`` is a word of the text (one
+  translate + split builds the set of words, snake/kebab/camel pieces included), or one
+  of its ``anchors`` is a substring; and, when it requires context keywords, only if one
+  of them occurs (or the producing command carries it).
+- **Positions**: hits of the present anchors/tokens (word hits are boundary-checked),
+  runs from a named character-run ``prefilter`` (``hex``: 7+ hex digits; ``alnum26``;
+  ``underscore8``: ``_`` followed by 8+ alphanumerics) found with ``str.translate`` and
+  substring search, and windows around context keywords.
+- **Matching**: at each hit the rule's pattern is matched where the identifier must start
+  — at the hit (``reach[0] == 0``), at the left end of the run of ``expand`` characters
+  ending at the hit (an anchor in the middle, e.g. ``/`` in a path or ``://`` in a URL),
+  or else searched in the merged window around hits and re-matched on the full text
+  (a window end must not truncate a value).
+
+Semantics are those of running the rule's pattern over the whole text with
+``finditer``: every prefilter is a necessary condition of a match.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from .catalog import Catalog, Rule
+from .normalize import trim_value
+
+__all__ = ["Cand", "TextIndex", "candidates", "PREFILTERS"]
+
+Window = tuple[int, int]
+
+
+@dataclass(slots=True)
+class Cand:
+    """A candidate that passed context, validators, filters (before overlap resolution)."""
+
+    rule: Rule
+    start: int
+    end: int
+    value: str
+    norm_groups: dict[str, str] | None
+
+
+# --------------------------------------------------------------------------- character runs
+#
+# All prefilters work on ``text.encode("ascii", "replace")``: one byte per character
+# (every non-ASCII character becomes ``?``), so byte offsets are character offsets and
+# the C-speed ``bytes`` methods (translate, find, lower, split) apply.
+
+_MARK = 1
+_LEAD = 2
+_NON_MARK = re.compile(b"[^\x01]")
+
+
+def _table(chars: str, lead: str = "") -> bytes:
+    t = bytearray(range(256))
+    for i in range(256):
+        if i in (_MARK, _LEAD):
+            t[i] = 0
+    for c in chars:
+        t[ord(c)] = _MARK
+    for c in lead:
+        t[ord(c)] = _LEAD
+    return bytes(t)
+
+
+_ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_HEX_T = _table("0123456789abcdefABCDEF")
+_ALNUM_T = _table(_ALNUM)
+_US_ALNUM_T = _table(_ALNUM, "_")
+
+
+def _runs(ab: bytes, table: bytes, min_len: int, lead: bool = False) -> list[Window]:
+    """Spans of runs of ≥ ``min_len`` marked bytes (optionally right after a lead byte,
+    which the span then includes)."""
+    t = ab.translate(table)
+    needle = (bytes([_LEAD]) if lead else b"") + bytes([_MARK]) * min_len
+    out: list[Window] = []
+    find = t.find
+    pos = 0
+    while True:
+        i = find(needle, pos)
+        if i < 0:
+            return out
+        m = _NON_MARK.search(t, i + len(needle))
+        j = m.start() if m else len(t)
+        out.append((i, j))
+        pos = j
+
+
+PREFILTERS: dict[str, Callable[[bytes], list[Window]]] = {
+    "hex": lambda ab: _runs(ab, _HEX_T, 7),
+    "alnum26": lambda ab: _runs(ab, _ALNUM_T, 26),
+    "underscore8": lambda ab: _runs(ab, _US_ALNUM_T, 8, lead=True),
+}
+
+
+# --------------------------------------------------------------------------- per-text index
+
+_TOKEN_TABLE = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(256))
+_CAMEL_PIECE = re.compile(rb"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_IS_ALNUM = [chr(c).isalnum() and c < 128 for c in range(256)]
+_IS_UPPER = [65 <= c <= 90 for c in range(256)]
+
+
+class TextIndex:
+    """Lazily computed, shared facts about one text."""
+
+    __slots__ = ("text", "ab", "low", "n", "_tokens", "_pos", "_wpos", "_runs", "_rev", "_has")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ab = text.encode("ascii", "replace")
+        self.low = self.ab.lower()
+        self.n = len(text)
+        self._tokens: frozenset[bytes] | None = None
+        self._pos: dict[str, list[int]] = {}
+        self._wpos: dict[str, list[int]] = {}
+        self._runs: dict[str, list[Window]] = {}
+        self._rev: bytes | None = None
+        self._has: dict[tuple[str, bool], bool] = {}
+
+    def tokens(self) -> frozenset[bytes]:
+        """Lower-cased ASCII words of the text (split on non-alphanumerics and camelCase)."""
+        if self._tokens is None:
+            raw = set(self.ab.translate(_TOKEN_TABLE).split())
+            out: set[bytes] = set()
+            for t in raw:
+                low = t.lower()
+                out.add(low)
+                if t != low and not t.isupper():
+                    out.update(p.lower() for p in _CAMEL_PIECE.findall(t))
+            self._tokens = frozenset(out)
+        return self._tokens
+
+    def has(self, literal: str, word: bool) -> bool:
+        """Whether ``literal`` (lower case) occurs as a word (``word``) or a substring."""
+        key = (literal, word)
+        r = self._has.get(key)
+        if r is None:
+            if word:
+                r = literal.encode("ascii", "replace") in self.tokens()
+            else:
+                r = bool(self.positions(literal))
+            self._has[key] = r
+        return r
+
+    def positions(self, literal: str) -> list[int]:
+        """Every substring occurrence of ``literal`` (lower case) in the lower-cased text."""
+        hit = self._pos.get(literal)
+        if hit is None:
+            hit = []
+            lit = literal.encode("ascii", "replace")
+            find = self.low.find
+            i = find(lit)
+            while i >= 0:
+                hit.append(i)
+                i = find(lit, i + 1)
+            self._pos[literal] = hit
+        return hit
+
+    def word_positions(self, word: str) -> list[int]:
+        """Occurrences of ``word`` as a word: not inside a longer lower-case run
+        (``upload`` in ``upload_id``, ``UploadId``, ``--upload-id``; not in ``uploads``)."""
+        hit = self._wpos.get(word)
+        if hit is None:
+            ab, n, ln = self.ab, self.n, len(word)
+            alnum, upper = _IS_ALNUM, _IS_UPPER
+            hit = []
+            for i in self.positions(word):
+                if i > 0 and alnum[ab[i - 1]] and not (upper[ab[i]] and not upper[ab[i - 1]]):
+                    continue
+                j = i + ln
+                if j < n and alnum[ab[j]] and not (upper[ab[j]] and not upper[ab[j - 1]]):
+                    continue
+                hit.append(i)
+            self._wpos[word] = hit
+        return hit
+
+    def runs(self, name: str) -> list[Window]:
+        r = self._runs.get(name)
+        if r is None:
+            r = PREFILTERS[name](self.ab)
+            self._runs[name] = r
+        return r
+
+    def reversed(self) -> bytes:
+        if self._rev is None:
+            self._rev = self.ab[::-1]
+        return self._rev
+
+
+# --------------------------------------------------------------------------- windows
+
+
+def _merge(wins: list[Window]) -> list[Window]:
+    if not wins:
+        return wins
+    wins.sort()
+    out = [wins[0]]
+    for s, e in wins[1:]:
+        ls, le = out[-1]
+        if s <= le:
+            if e > le:
+                out[-1] = (ls, e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _in_windows(pos: int, starts: Sequence[int], wins: Sequence[Window]) -> bool:
+    i = bisect.bisect_right(starts, pos) - 1
+    return i >= 0 and wins[i][0] <= pos < wins[i][1]
+
+
+def _context_windows(rule: Rule, idx: TextIndex, present: Iterable[tuple[str, bool]]) -> list[Window]:
+    span = rule.max_len or rule.reach[1]
+    before = span + max(rule.window // 2, 10) + 1
+    after = rule.window + span + 1
+    n = idx.n
+    wins: list[Window] = []
+    for lit, word in present:
+        ln = len(lit)
+        for i in idx.word_positions(lit) if word else idx.positions(lit):
+            wins.append((i - before if i > before else 0, min(n, i + ln + after)))
+    return _merge(wins)
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def _context_ok(rule: Rule, text: str, start: int, end: int, src_ctx: str) -> bool:
+    rx = rule.context_required
+    if rx is None:
+        return True
+    if src_ctx and rx.search(src_ctx):
+        return True
+    if rule.scope == "text":
+        return rx.search(text) is not None
+    if rule.scope == "line":
+        ls = text.rfind("\n", 0, start) + 1
+        le = text.find("\n", end)
+        return rx.search(text, ls, le if le >= 0 else len(text)) is not None
+    ws = max(0, start - rule.window)
+    we = min(len(text), end + max(rule.window // 2, 10))
+    return rx.search(text[ws:we]) is not None
+
+
+def _boundary_ok(rule: Rule, text: str, pos: int) -> bool:
+    if rule.boundary is None or pos == 0:
+        return True
+    prev = text[pos - 1]
+    if not prev.isalnum():
+        return True
+    if rule.boundary == "camel":
+        return text[pos].isupper() and (prev.islower() or prev.isdigit())
+    return False
+
+
+def _matches_at(rule: Rule, text: str, hits: Iterable[int]) -> Iterator[Any]:
+    """Match where identifiers must start: at each hit (sorted)."""
+    pat = rule.pattern
+    last_end = -1
+    for p in hits:
+        if p < last_end:
+            continue
+        m = pat.match(text, p)
+        if m is not None:
+            last_end = m.end()
+            yield m
+
+
+def _expand_windows(rule: Rule, idx: TextIndex, hits: Iterable[int]) -> list[Window]:
+    """For anchors inside identifiers: from the left end of the run of ``expand``
+    characters ending at each hit to ``reach[1]`` after it."""
+    assert rule.expand is not None
+    rev, n, after = idx.reversed(), idx.n, rule.reach[1]
+    match = rule.expand.match
+    wins: list[Window] = []
+    for p in hits:  # sorted
+        if wins and p <= wins[-1][1]:
+            # same token as the previous hit (or overlapping): just extend its window
+            if p + after > wins[-1][1]:
+                wins[-1] = (wins[-1][0], min(n, p + after))
+            continue
+        m = match(rev, n - p)
+        start = p - (m.end() - m.start()) if m else p
+        if wins and start <= wins[-1][1]:
+            wins[-1] = (wins[-1][0], min(n, p + after))
+        else:
+            wins.append((start, min(n, p + after)))
+    return wins
+
+
+def _matches_in(rule: Rule, text: str, wins: Sequence[Window]) -> Iterator[Any]:
+    pat = rule.pattern
+    n = len(text)
+    last_end = -1
+    for ws, we in wins:
+        for m in pat.finditer(text, max(ws, last_end if last_end > 0 else 0), we):
+            if m.start() < last_end:
+                continue
+            if m.end() >= we - 1 and we < n:
+                # the window end may have truncated the value or a look-ahead: re-match
+                full = pat.match(text, m.start())
+                if full is None:
+                    continue
+                m = full
+            last_end = max(m.end(), m.start() + 1)
+            yield m
+
+
+def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str) -> Iterator[Any]:
+    text, n = idx.text, idx.n
+    # gate: anchors / tokens
+    hits: list[int] | None = None
+    anchored_by_source = any(a in src_low for a in rule.anchors) or any(t in src_low for t in rule.tokens)
+    if (rule.anchors or rule.tokens) and not anchored_by_source:
+        present_a = [a for a in rule.anchors if idx.has(a, False)]
+        present_t = [t for t in rule.tokens if idx.has(t, True)]
+        if not present_a and not present_t:
+            return
+        hs: list[int] = []
+        for a in present_a:
+            hs.extend(idx.positions(a))
+        for t in present_t:
+            hs.extend(idx.word_positions(t))
+        if not hs:
+            return
+        hits = sorted(set(hs))
+    # gate: required context keywords
+    ctx_wins: list[Window] | None = None
+    if rule.context_required is not None and rule.context_literals:
+        if not (src_ctx and rule.context_required.search(src_ctx)):
+            present_c = [(k, w) for k, w in rule.context_literals if idx.has(k, w)]
+            if not present_c:
+                return
+            if rule.scope == "window" and hits is None and rule.prefilter is None:
+                # nothing else narrows the search: windows around the keywords
+                ctx_wins = _context_windows(rule, idx, present_c)
+    # prefilter runs
+    runs: list[Window] | None = None
+    if rule.prefilter is not None:
+        runs = idx.runs(rule.prefilter)
+        if not runs:
+            return
+    before, after = rule.reach
+    if hits is None and runs is not None:
+        if before == 0 and rule.expand is None and ctx_wins is None:
+            yield from _matches_at(rule, text, [s for s, _ in runs])
+            return
+        else:
+            wins = _merge([(s - before if s > before else 0, min(n, e + after)) for s, e in runs])
+            if ctx_wins is not None:
+                wins = _intersect(wins, ctx_wins)
+            yield from _matches_in(rule, text, wins)
+            return
+    elif hits is not None and runs is not None:
+        rw = _merge([(s - after if s > after else 0, e + before) for s, e in runs])
+        rs = [w[0] for w in rw]
+        hits = [h for h in hits if _in_windows(h, rs, rw)]
+    if hits is None:
+        if ctx_wins is not None:
+            yield from _matches_in(rule, text, ctx_wins)
+        else:
+            yield from rule.pattern.finditer(text)
+        return
+    if ctx_wins is not None:
+        cs = [w[0] for w in ctx_wins]
+        hits = [h for h in hits if _in_windows(h, cs, ctx_wins)]
+    if not hits:
+        return
+    if rule.expand is not None:
+        yield from _matches_in(rule, text, _expand_windows(rule, idx, hits))
+    elif before == 0:
+        yield from _matches_at(rule, text, hits)
+    else:
+        wins = _merge([(h - before if h > before else 0, min(n, h + after)) for h in hits])
+        yield from _matches_in(rule, text, wins)
+
+
+def _intersect(a: list[Window], b: list[Window]) -> list[Window]:
+    out: list[Window] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s = max(a[i][0], b[j][0])
+        e = min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | None = None) -> list[Cand]:
+    """All accepted candidates of every rule in ``text`` (overlaps not yet resolved)."""
+    ix = idx or TextIndex(text)
+    src_low = src_ctx.lower()
+    out: list[Cand] = []
+    verdicts: dict[tuple[str, str], bool] = {}  # (rule id, value) -> validators and filters pass
+    for rule in catalog.rules:
+        if rule.scope == "text" and rule.context_required is not None:
+            if not (any(ix.has(k, w) for k, w in rule.context_literals) or rule.context_required.search(src_ctx)):
+                continue
+        # context: a regex on a small slice per candidate; once a rule has many
+        # candidates, a bisect in the keywords' positions (computed once) is cheaper
+        need_ctx = (
+            rule.context_required is not None
+            and rule.scope != "text"
+            and not (src_ctx and rule.context_required.search(src_ctx))
+        )
+        ctx_pos: list[int] | None = None
+        ctx_checks = 0
+        grp = rule.group
+        for m in _rule_matches(rule, ix, src_low, src_ctx):
+            s, e = m.span(grp)
+            if s < 0 or e <= s:
+                continue
+            if rule.boundary is not None and not _boundary_ok(rule, text, m.start()):
+                continue
+            value = text[s:e]
+            if grp != 0 or rule.norm is None:
+                value, s, e = trim_value(value, s, e)
+                if not value:
+                    continue
+            if need_ctx:
+                ctx_checks += 1
+                if ctx_pos is None and ctx_checks > 32 and rule.scope == "window":
+                    ps: set[int] = set()
+                    for k, w in rule.context_literals:
+                        if ix.has(k, w):
+                            ps.update(ix.word_positions(k) if w else ix.positions(k))
+                    ctx_pos = sorted(ps)
+                if ctx_pos is not None:
+                    i = bisect.bisect_left(ctx_pos, s - rule.window)
+                    if i >= len(ctx_pos) or ctx_pos[i] >= e + max(rule.window // 2, 10):
+                        continue
+                elif not _context_ok(rule, text, s, e, ""):
+                    continue
+            key = (rule.id, value)
+            ok = verdicts.get(key)
+            if ok is None:
+                ok = all(v(value) for v in rule.validators) and not any(f(value) for f in rule.filters)
+                verdicts[key] = ok
+            if not ok:
+                continue
+            groups: dict[str, str] | None = None
+            if rule.norm is not None:
+                groups = {k: (v or "") for k, v in m.groupdict().items()}
+            out.append(Cand(rule, s, e, value, groups))
+    return out
