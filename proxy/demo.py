@@ -281,7 +281,7 @@ def render_report(outcome: DemoOutcome, *, keep_running: bool) -> str:
         "",
         "The story: an agent applies a database migration; the tool result names the",
         f"rollback target, revision {DEMO_REVISION}. Four steps later, at "
-        f"{story.messages_before_compaction} messages, it compacts",
+        + f"{story.messages_before_compaction} messages, it compacts",
         "its history the way Claude Code does: the model writes a summary and the history",
         "restarts from it. Then the smoke tests fail and the agent must roll the migration back.",
         "",

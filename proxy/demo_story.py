@@ -23,9 +23,9 @@ from typing import Any, Literal
 import aiohttp
 
 __all__ = [
-    "DEMO_REVISION",
     "COMPACT_INSTRUCTION",
     "CONTINUATION_PREFIX",
+    "DEMO_REVISION",
     "StepRecord",
     "StoryResult",
     "run_story",

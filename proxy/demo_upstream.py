@@ -35,9 +35,9 @@ from aiohttp import web
 
 __all__ = [
     "DEMO_MODEL",
-    "Reply",
     "ROLLBACK_PHRASES",
     "SUMMARIZE_MARKERS",
+    "Reply",
     "create_app",
     "find_revision",
     "invented_revision",

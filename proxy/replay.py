@@ -44,16 +44,16 @@ from typing import Any, Protocol, TextIO
 from proxy.gate.events import EventLog
 from proxy.server.headers import tenant_of
 from proxy.server.hooks import Decision, Exchange, Interceptor, ResponseTap
-from proxy.yamlconf import ConfigError
 from proxy.server.routes import classify
+from proxy.yamlconf import ConfigError
 
 __all__ = [
     "GateEngine",
     "LocalGateEngine",
-    "build_engine",
     "ReplayRecord",
     "ReplayResult",
     "add_arguments",
+    "build_engine",
     "iter_records",
     "normalise_events",
     "render_html",
@@ -138,9 +138,9 @@ def parse_line(text: str, line: int) -> ReplayRecord | None:
             raise ReplayInputError(f"line {line}: headers must be an object")
         for name, value in raw_headers.items():
             lname = str(name).lower()
-            if lname in _ALLOWED_HEADERS or (lname.startswith("x-") and lname.endswith("-session-id")):
-                if lname not in _SECRET_HEADERS:
-                    headers[lname] = str(value)
+            allowed = lname in _ALLOWED_HEADERS or (lname.startswith("x-") and lname.endswith("-session-id"))
+            if allowed and lname not in _SECRET_HEADERS:
+                headers[lname] = str(value)
         if obj.get("conversation_id") is not None:
             headers["x-conversation-id"] = str(obj["conversation_id"])
     if not isinstance(body.get("messages"), list) and "input" not in body:

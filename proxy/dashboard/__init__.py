@@ -15,7 +15,7 @@ from importlib import resources
 
 from aiohttp import web
 
-__all__ = ["ASSETS", "setup_dashboard", "asset_bytes"]
+__all__ = ["ASSETS", "asset_bytes", "setup_dashboard"]
 
 #: Files served under ``/gate/assets/``, with their content types.
 ASSETS: dict[str, str] = {

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 __all__ = [
     "ADMIN_COOKIE",
@@ -126,9 +127,7 @@ def check_access(request: web.Request, admin_key: str | None) -> web.StreamRespo
     return _error(401, f"An admin key is required: send it as the {ADMIN_HEADER} header.")
 
 
-def gate_access_middleware(
-    admin_key: str | None,
-) -> Callable[[web.Request, _Handler], Awaitable[web.StreamResponse]]:
+def gate_access_middleware(admin_key: str | None) -> Middleware:
     """An aiohttp middleware applying :func:`check_access` to protected paths.
 
     ``admin_key`` is captured at construction; pass ``None`` for loopback-only.

@@ -15,11 +15,10 @@ API_KEY = "sk-metrics-test-0123456789"
 
 
 async def _metrics(url: str) -> str:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url + "/metrics") as resp:
-            assert resp.status == 200
-            assert resp.headers["Content-Type"].startswith("text/plain")
-            return await resp.text()
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        return await resp.text()
 
 
 def _lines(text: str) -> set[str]:

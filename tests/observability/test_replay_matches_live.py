@@ -101,7 +101,7 @@ def test_replay_produces_the_same_events_as_live(
                  "--api-key-env", "REPLAY_TEST_KEY", "--progress", "always"])
     captured = capsys.readouterr()
     assert code == 3  # destructive compactions found
-    assert f"replay [" in captured.err and f"{sent}/{sent} 100%" in captured.err
+    assert "replay [" in captured.err and f"{sent}/{sent} 100%" in captured.err
     assert f"requests                    {sent:,}" in captured.out or f"{sent:,}" in captured.out
     assert "destructive compactions" in captured.out
 

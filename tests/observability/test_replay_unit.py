@@ -97,7 +97,7 @@ class _Engine:
         self._events: dict[str, list[dict[str, Any]]] = {}
 
     @property
-    def interceptor(self) -> "_Engine":
+    def interceptor(self) -> _Engine:
         return self
 
     async def before(self, ex: Exchange) -> Decision:
