@@ -30,14 +30,15 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..core.analysis import Analysis, analyze
 from ..core.diff import LostBinding, SourceRef
 from ..core.interventions.bindings import Binding, TokenCounter, estimate_tokens
 from ..core.interventions.contract import add_summary_contract
-from ..core.interventions.placement import NoteDialect, insert_note, raw_index
+from ..core.interventions.placement import NoteDialect, raw_index
 from ..core.interventions.reinject import reinject
 from ..core.interventions.reject import rejection_message
 from ..core.interventions.spill import render_region, spill_note
@@ -66,7 +67,7 @@ def default_token_counter() -> TokenCounter:
 
         enc = get_encoding("cl100k_base")
         return lambda text: len(enc.encode(text, disallowed_special=()))
-    except Exception:  # offline files missing: the estimate is documented as such
+    except Exception:  # noqa: BLE001 - offline files missing: fall back to the documented estimate
         return estimate_tokens
 
 
@@ -74,9 +75,10 @@ def default_token_counter() -> TokenCounter:
 
 
 def _extract(snapshot: Snapshot, catalog: object | None) -> list[Any]:
+    from ..core.identifiers.catalog import Catalog
     from ..core.identifiers.extract import extract_snapshot
 
-    return list(extract_snapshot(snapshot, catalog))
+    return list(extract_snapshot(snapshot, catalog if isinstance(catalog, Catalog) else None))
 
 
 def policy_catalog(policy: Policy) -> object | None:
@@ -293,7 +295,7 @@ class GateInterceptor:
         obs = None
         try:
             obs = await self.tracker.observe(ex)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
             return self._failed(ex, None, None, exc, "observe")
         if obs is None:
             return Decision()
@@ -309,7 +311,7 @@ class GateInterceptor:
             if obs.is_summarization_request and obs.previous is None:
                 side_history = await self._history_for_side_request(ex, obs)
             decision = self._decide(ex, obs, side_history)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
             return self._failed(ex, obs, tracker_tap, exc, "analysis")
         if decision.action != "none":
             self.metrics.action(decision.action)
@@ -327,7 +329,7 @@ class GateInterceptor:
     def _failed(self, ex: Exchange, obs: Any, tap: ResponseTap | None, exc: Exception, stage: str) -> Decision:
         policy = self.policies.policy
         log.error("gate %s failed (%s); %s", stage, exc.__class__.__name__, "refusing" if policy.on_error == "closed" else "forwarding untouched")
-        log.debug("gate failure detail", exc_info=True)
+        log.debug("gate failure detail", exc_info=exc)
         cid = getattr(obs, "conversation_id", None)
         self._record(ex, cid, "gate_error", "none" if policy.on_error == "open" else "reject", obs,
                      stage=stage, error=exc.__class__.__name__, message=f"gate {stage} failed: {exc.__class__.__name__}")

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.interventions.bindings import Binding
-from ..core.interventions.summary import SummaryApi, SummaryStreamPatcher, patch_summary_json, missing_bindings, response_text
+from ..core.interventions.summary import (
+    SummaryApi,
+    SummaryStreamPatcher,
+    missing_bindings,
+    patch_summary_json,
+    response_text,
+)
 from ..core.interventions.tripwire import (
     Checker,
     Hallucination,

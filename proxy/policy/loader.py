@@ -10,8 +10,9 @@ turns the spec into the frozen :class:`~.model.Policy`. Every problem is a
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .. import yamlconf
 from ..yamlconf import ConfigError, LocatedMap

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from .schema import Action, NoteRole, SafeAction, TripwireAction
 
@@ -85,9 +86,7 @@ class ToolRule:
             return False
         if self.command is not None and not _glob(self.command, (command or "").strip()):
             return False
-        if self.result is not None and (result_text is None or not self.result.search(result_text)):
-            return False
-        return True
+        return not (self.result is not None and (result_text is None or not self.result.search(result_text)))
 
 
 @dataclass(frozen=True, slots=True)

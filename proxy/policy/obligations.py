@@ -15,7 +15,7 @@ Pure: reads the identifiers and the snapshot only.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..core.diff import SourceRef
 from ..core.identifiers.model import Identifier

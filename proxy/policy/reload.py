@@ -12,9 +12,9 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import yamlconf
 from ..yamlconf import ConfigError
@@ -87,7 +87,7 @@ class PolicyHolder:
         self._signal_installed = False
 
     @classmethod
-    def fixed(cls, policy: Policy) -> "PolicyHolder":
+    def fixed(cls, policy: Policy) -> PolicyHolder:
         """A holder for an in-memory policy (no file to watch)."""
         h = cls.__new__(cls)
         h.source = policy.source

@@ -8,9 +8,10 @@ frozen objects the gate evaluates.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Literal
 
 from ..yamlconf import Invalid, meta
 

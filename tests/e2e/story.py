@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tests.support.fake_upstream import Call, Reply, ToolCall
 
@@ -182,7 +183,7 @@ class AnthropicAgent:
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def call(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str, str]]]:
-        kw = dict(model=self.model, max_tokens=1024, system=SYSTEM, messages=messages, tools=[BASH_ANTHROPIC])
+        kw = {"model": self.model, "max_tokens": 1024, "system": SYSTEM, "messages": messages, "tools": [BASH_ANTHROPIC]}
         if self.stream:
             with self.client.messages.stream(**kw) as s:
                 msg = s.get_final_message()

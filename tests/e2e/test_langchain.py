@@ -8,15 +8,15 @@ import json
 import pytest
 
 pytest.importorskip("langchain.agents.middleware")
-from langchain.agents import create_agent  # noqa: E402
-from langchain.agents.middleware import SummarizationMiddleware  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
 
-from tests.e2e import story  # noqa: E402
-from tests.e2e.stack import GateStack  # noqa: E402
+from tests.e2e import story
+from tests.e2e.stack import GateStack
 
 
 @tool

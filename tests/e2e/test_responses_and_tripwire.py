@@ -23,7 +23,7 @@ class ResponsesAgent:
         self.items: list[dict[str, Any]] = []
 
     def call(self, items: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        kw = dict(model="gpt-4o", instructions=story.SYSTEM, input=items, tools=[TOOL])
+        kw = {"model": "gpt-4o", "instructions": story.SYSTEM, "input": items, "tools": [TOOL]}
         if self.stream:
             with self.client.responses.stream(**kw) as s:
                 resp = s.get_final_response()

@@ -154,5 +154,5 @@ def test_regenerability_rules_and_priorities() -> None:
 
 def test_policy_is_frozen() -> None:
     pol = load_policy("default")
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):
         pol.destructive = "allow"  # type: ignore[misc]

@@ -4,7 +4,6 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest

@@ -14,26 +14,26 @@ outputs are new bodies or event bytes. Input bodies are never mutated.
 """
 
 from .bindings import Binding, render_binding_lines, select_within_budget
-from .reinject import ReinjectResult, reinject
-from .reject import rejection_message, error_body
 from .contract import add_summary_contract, contract_text
-from .summary import missing_bindings, verbatim_section, patch_summary_json, SummaryStreamPatcher
+from .reinject import ReinjectResult, reinject
+from .reject import error_body, rejection_message
+from .summary import SummaryStreamPatcher, missing_bindings, patch_summary_json, verbatim_section
 from .tripwire import Hallucination, find_hallucinations
 
 __all__ = [
     "Binding",
-    "render_binding_lines",
-    "select_within_budget",
+    "Hallucination",
     "ReinjectResult",
-    "reinject",
-    "rejection_message",
-    "error_body",
+    "SummaryStreamPatcher",
     "add_summary_contract",
     "contract_text",
-    "missing_bindings",
-    "verbatim_section",
-    "patch_summary_json",
-    "SummaryStreamPatcher",
-    "Hallucination",
+    "error_body",
     "find_hallucinations",
+    "missing_bindings",
+    "patch_summary_json",
+    "reinject",
+    "rejection_message",
+    "render_binding_lines",
+    "select_within_budget",
+    "verbatim_section",
 ]

@@ -12,8 +12,9 @@ Contracts:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 TokenCounter = Callable[[str], int]
 

@@ -8,9 +8,16 @@ asked to reproduce a secret.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from .bindings import Binding, TokenCounter, estimate_tokens, render_binding_lines, select_within_budget
+from .bindings import (
+    Binding,
+    TokenCounter,
+    estimate_tokens,
+    render_binding_lines,
+    select_within_budget,
+)
 from .placement import NoteDialect, append_to_last_user
 
 CONTRACT_OPEN = "[compaction-gate: summary contract]"

@@ -20,8 +20,9 @@ Input bodies are never mutated: the returned body is a shallow copy with a new l
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 NoteDialect = Literal["openai_chat", "openai_responses", "anthropic"]
 NoteRole = Literal["user", "system", "developer"]

@@ -7,10 +7,17 @@ silently lost. Placement rules are in :mod:`.placement`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .bindings import Binding, TokenCounter, estimate_tokens, render_binding_lines, select_within_budget
+from .bindings import (
+    Binding,
+    TokenCounter,
+    estimate_tokens,
+    render_binding_lines,
+    select_within_budget,
+)
 from .placement import NoteDialect, NoteRole, Placement, insert_note
 
 NOTE_OPEN = "[compaction-gate: identifiers preserved from before this conversation was compacted]"

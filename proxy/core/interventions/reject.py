@@ -7,7 +7,8 @@ treat those as "compact now" and would loop.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from .bindings import Binding, render_binding_lines
 
@@ -20,12 +21,16 @@ FORBIDDEN_PHRASES = ("context_length_exceeded", "prompt is too long", "maximum c
 
 def rejection_message(bindings: Sequence[Binding], *, spill_hint: str | None = None) -> str:
     lines = [
-        "compaction-gate refused this request: the compacted history dropped "
-        f"{len(bindings)} identifier(s) that later steps need verbatim and cannot be regenerated:",
+        (
+            "compaction-gate refused this request: the compacted history dropped "
+            f"{len(bindings)} identifier(s) that later steps need verbatim and cannot be regenerated:"
+        ),
         *render_binding_lines(bindings),
-        "What to do: redo the compaction so the summary keeps each value above verbatim "
-        "(or keep the messages that contain them), then resend. Retrying this same request "
-        "will fail the same way.",
+        (
+            "What to do: redo the compaction so the summary keeps each value above verbatim "
+            "(or keep the messages that contain them), then resend. Retrying this same request "
+            "will fail the same way."
+        ),
     ]
     if spill_hint:
         lines.append(spill_hint)

@@ -4,7 +4,7 @@ model (and the agent's operator) how to get it back. Storage lives in
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..messages import Message
 from .bindings import Binding, render_binding_lines
@@ -34,8 +34,10 @@ def render_region(messages: Sequence[Message]) -> str:
 def spill_note(handle: str, bindings: Sequence[Binding], *, url_path: str) -> str:
     lines = [
         SPILL_OPEN,
-        f"The compaction removed a region of earlier turns. It is stored under handle `{handle}`: "
-        f"an operator or tool with this conversation's API key can read it at GET {url_path}.",
+        (
+            f"The compaction removed a region of earlier turns. It is stored under handle `{handle}`: "
+            f"an operator or tool with this conversation's API key can read it at GET {url_path}."
+        ),
     ]
     if bindings:
         lines.append("It contains these identifiers that later steps need verbatim:")

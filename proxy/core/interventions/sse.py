@@ -31,8 +31,7 @@ def parse_event(raw: bytes) -> SSEEvent:
         if not line or line.startswith(":"):
             continue
         name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
+        value = value.removeprefix(" ")
         if name == "event":
             event = value
         elif name == "data":

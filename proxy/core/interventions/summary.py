@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from .bindings import Binding, render_binding_lines
 from .sse import SSEEvent, parse_event, render_event

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 from .reject import HALLUCINATION_CODE
 from .sse import SSEEvent, parse_event, render_event
@@ -75,9 +76,11 @@ def find_hallucinations(
 
 def hallucination_message(found: Sequence[Hallucination]) -> str:
     lines = [
-        "compaction-gate stopped a tool call: after a compaction dropped identifiers of the "
-        "kinds below, the model used value(s) that never appeared in this conversation "
-        "(probably invented):"
+        (
+            "compaction-gate stopped a tool call: after a compaction dropped identifiers of the "
+            "kinds below, the model used value(s) that never appeared in this conversation "
+            "(probably invented):"
+        )
     ]
     for h in found:
         line = f"- `{h.value}` ({h.kind}) in a call to {h.tool_name}"

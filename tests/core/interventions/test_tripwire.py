@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import re
 
 from proxy.core.interventions.sse import parse_event, render_event
@@ -83,7 +85,7 @@ def test_chat_stream_clean_call_is_released_unchanged() -> None:
     g = ToolCallStreamGuard("chat", check, "block")
     held_out: list[list[bytes]] = [g.feed(e) for e in evs]
     assert held_out[0] == [] and held_out[1] == []  # held until complete
-    assert sum(held_out, []) + g.finish() == evs
+    assert functools.reduce(operator.iadd, held_out, []) + g.finish() == evs
 
 
 def test_anthropic_stream_block_and_annotate() -> None:
