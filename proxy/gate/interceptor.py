@@ -515,10 +515,20 @@ class GateInterceptor:
             return None
         prev: Snapshot = obs.previous
         lost = [prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)]
+        text = render_region(lost)
+        # secrets never reach the spill store in clear, even for their own tenant
+        from ..core.identifiers.model import redact
+
+        lost_idx = set(analysis.lost_region)
+        secrets_ = {
+            i.value for i in _extract(prev, self._catalog(policy)) if i.sensitive and i.source.message_index in lost_idx
+        }
+        for value in sorted(secrets_, key=len, reverse=True):
+            text = text.replace(value, redact(value))
         rec = self.spill.put(
             ex.tenant,
             obs.conversation_id,
-            render_region(lost),
+            text,
             ttl_seconds=policy.spill_ttl_seconds,
             max_bytes=policy.spill_max_bytes,
             bindings=tuple({"value": b.display().strip("`"), "kind": b.kind} for b in bindings),

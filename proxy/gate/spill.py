@@ -10,6 +10,12 @@
   ``max_records`` (oldest evicted) and ``max_bytes`` per record (the region is cut, and
   says so).
 - In memory only: spilled regions do not survive a restart (documented limitation).
+- Secrets found in the region are redacted before it is stored.
+
+Not done: the optional ``recall_context`` tool (the proxy advertising a tool and resolving
+its calls itself, re-calling upstream) is not implemented. The spill note tells the model
+and the operator the handle and the ``GET /gate/spill/{handle}`` URL; an agent needs a
+way to fetch it (a generic HTTP tool, or its operator).
 """
 
 from __future__ import annotations

@@ -137,3 +137,32 @@ def test_running_proxy_keeps_its_policy_when_the_file_goes_bad(tmp_path: Path) -
         assert story.rollback_target(calls[0][2]) == story.REVISION
     finally:
         stack.close()
+
+
+def test_spilled_region_never_stores_secrets(tmp_path: Path) -> None:
+    secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+    orig = story.run_tool
+
+    def leaky_tool(cmd: str) -> str:
+        out = orig(cmd)
+        return out + (f"\nGITHUB_TOKEN={secret}" if cmd.startswith("alembic upgrade") else "")
+
+    stack = GateStack(_spill_policy(tmp_path), story.responder)
+    try:
+        story.run_tool = leaky_tool  # type: ignore[assignment]
+        try:
+            agent = story.OpenAIAgent(openai.OpenAI(api_key=KEY_A, base_url=stack.openai_base_url, max_retries=0))
+            agent.work(story.TASK)
+        finally:
+            story.run_tool = orig  # type: ignore[assignment]
+        agent.compact(story.LOSSY_SUMMARY)
+        agent.next_action(story.ROLLBACK_ASK)
+        sent = stack.fake.model_requests()[-1].body.decode()
+        handle = re.search(r"spill_[A-Za-z0-9_-]{20,}", sent).group(0)
+        status, body = stack.get(f"/gate/spill/{handle}", {"Authorization": f"Bearer {KEY_A}"})
+        assert status == 200 and story.REVISION in body["text"]
+        assert secret not in body["text"] and secret not in sent
+        assert secret not in str(stack.events())
+    finally:
+        stack.close()

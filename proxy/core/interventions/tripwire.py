@@ -7,6 +7,9 @@ calls of a non-streamed response; :class:`ToolCallStreamGuard` holds a stream's 
 events until each call is complete, checks it, and then releases the events, replaces
 them with an error event (``block``) or adds a note (``annotate``). Text events are never
 held, so a reply without tool calls streams exactly as before.
+
+Limitation: ``annotate`` on a Responses API *stream* records the finding like ``warn``
+(adding a message item mid-stream is not implemented); JSON responses are annotated.
 """
 
 from __future__ import annotations
