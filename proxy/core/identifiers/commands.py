@@ -187,6 +187,10 @@ _GIT_MUT = frozenset(
     add rm mv clean init clone gc prune update-ref filter-branch filter-repo replace
     update-index write-tree commit-tree mktag read-tree symbolic-ref""".split()
 )
+#: Mutations that only add (commits, refs, objects): values read before stay valid, so
+#: they get the domain ``git:additive`` and do not trigger read-before-write.
+_GIT_ADDITIVE = frozenset({"add", "commit", "push", "pull", "clone", "init", "gc", "revert", "cherry-pick", "am", "merge"})
+_GIT_REWRITE_FLAGS = frozenset({"--amend", "-f", "--force", "--force-with-lease", "--delete", "-d", "--mirror", "--prune", "--ff-only", "--rebase", "-r"})
 _GIT_OPTS_WITH_ARG = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 
 _KUBECTL_RO = frozenset(
@@ -254,6 +258,7 @@ _NAMED_TOOLS: Mapping[str, bool] = {
 }
 _EDITOR_TOOLS = frozenset({"str_replace_editor", "str_replace_based_edit_tool", "text_editor", "developer__text_editor", "editor"})
 _EDITOR_RO_CMDS = frozenset({"view", "read", "list", "show"})
+_PATH_KEYS = ("path", "file_path", "filePath", "filepath", "file", "filename", "target_file", "notebook_path", "absolute_path", "relative_path")
 
 _DOMAIN_WORDS: tuple[tuple[str, str], ...] = (
     ("git", "git"), ("github", "git"), ("commit", "git"), ("branch", "git"),
@@ -322,17 +327,20 @@ def _git(args: list[str]) -> _Seg:
     rest_pos = _positional(rest)
     if sub in _GIT_RO:
         return _ro(f"git {sub}", "git")
+    if sub in _GIT_ADDITIVE and not (set(rest) & _GIT_REWRITE_FLAGS):
+        # adds history without moving or discarding what was read before
+        return _mut(f"git {sub}", "git:additive")
     if sub in _GIT_MUT:
         return _mut(f"git {sub}", "git")
     if sub == "branch":
         if any(a in ("-d", "-D", "-m", "-M", "-f", "--delete", "--move", "--force", "-c", "-C", "--set-upstream-to", "-u") for a in rest):
             return _mut("git branch (modify)", "git")
         listing = any(a in ("-a", "-r", "-l", "--list", "-v", "-vv", "--show-current", "--contains", "--merged", "--no-merged") for a in rest)
-        return _ro("git branch (list)", "git") if listing or not rest_pos else _mut("git branch (create)", "git")
+        return _ro("git branch (list)", "git") if listing or not rest_pos else _mut("git branch (create)", "git:additive")
     if sub == "tag":
         if any(a in ("-d", "--delete", "-a", "-s", "-f") for a in rest):
             return _mut("git tag (modify)", "git")
-        return _ro("git tag (list)", "git") if not rest_pos or "-l" in rest or "--list" in rest else _mut("git tag (create)", "git")
+        return _ro("git tag (list)", "git") if not rest_pos or "-l" in rest or "--list" in rest else _mut("git tag (create)", "git:additive")
     if sub == "stash":
         return _ro("git stash list", "git") if rest_pos[:1] in (["list"], ["show"]) else _mut("git stash", "git")
     if sub == "remote":
@@ -661,6 +669,35 @@ def _has_write_redirect(words: list[str]) -> bool:
 
 
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_FILE_ARG = re.compile(r"^[\w.~/@+\-]*[\w\-]\.[A-Za-z0-9]{1,10}$|^[\w.~@+\-]*/[\w.~/@+\-]+$")
+_FILE_PROGRAMS = frozenset(
+    """cat head tail less more bat nl wc grep egrep fgrep rg ag ack sed gsed awk gawk perl jq yq
+    cp mv rm tee touch truncate chmod chown ln install diff cmp stat file md5sum sha1sum
+    sha256sum xxd od hexdump strings sort uniq cut tr vim vi nano emacs code patch shred
+    readlink realpath dos2unix unix2dos""".split()
+)
+
+
+def file_domain(path: str) -> str:
+    """The read-before-write domain of a file: ``file:<base name>`` (so ``./a/x.yaml`` and
+    ``/repo/a/x.yaml`` link)."""
+    return "file:" + path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _file_domains(prog: str, args: list[str]) -> frozenset[str]:
+    if prog not in _FILE_PROGRAMS:
+        return frozenset()
+    return frozenset(file_domain(a) for a in args if not a.startswith("-") and "://" not in a and _FILE_ARG.match(a))
+
+
+def _redirect_targets(words: list[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for i, w in enumerate(words):
+        if w in (">", ">>", ">|", "&>", "&>>") and i + 1 < len(words):
+            t = words[i + 1]
+            if t and not t.startswith(("&", "/dev/")):
+                out.add(file_domain(t))
+    return frozenset(out)
 
 
 def _classify_words(words: list[str], raw: str = "") -> _Seg:
@@ -674,7 +711,10 @@ def _classify_words(words: list[str], raw: str = "") -> _Seg:
         elif w in _NEUTRAL_WRAPPERS:
             ws = ws[1:]
             while ws and ws[0].startswith("-"):
+                opt = ws[0]
                 ws = ws[1:]
+                if w == "sudo" and opt in ("-u", "-g", "-C", "-h", "-p", "-U", "-r", "-t", "-D") and ws:
+                    ws = ws[1:]  # option argument
         elif w in ("env",) and len(ws) > 1 and (_ENV_ASSIGN.match(ws[1]) or ws[1].startswith("-")):
             ws = ws[1:]
         elif w in ("timeout", "watch") and len(ws) > 1:
@@ -696,9 +736,12 @@ def _classify_words(words: list[str], raw: str = "") -> _Seg:
         c = _classify_chain(args[1])
         return _Seg(c.mutating, c.domains, c.reason)
     seg = _dispatch(prog, args, raw or " ".join(ws))
+    files = _file_domains(prog, args) if seg.domains <= {"fs"} else frozenset()
+    if redirect:
+        files |= _redirect_targets(ws)
     if redirect and seg.mutating is not True:
-        return _Seg(True, seg.domains | {"fs"}, f"{seg.reason} > file")
-    return seg
+        return _Seg(True, seg.domains | {"fs"} | files, f"{seg.reason} > file")
+    return _Seg(seg.mutating, seg.domains | files, seg.reason) if files else seg
 
 
 def _dispatch(prog: str, args: list[str], raw: str) -> _Seg:
@@ -859,12 +902,17 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     nd = _noun_domain(words)
     if nd:
         domains.add(nd)
+    for k in _PATH_KEYS:
+        v = args.get(k)
+        if isinstance(v, str) and v and "://" not in v:
+            domains.add(file_domain(v))
     # editor-style tools: the sub-command decides
     if low in _EDITOR_TOOLS or name.lower() in _EDITOR_TOOLS:
         sub = str(args.get("command", args.get("action", ""))).lower()
+        fdom = frozenset({"fs"} | {d for d in domains if d.startswith("file:")})
         if sub in _EDITOR_RO_CMDS:
-            return CallClass(False, None, frozenset({"fs"}), f"{base} {sub}")
-        return CallClass(True, None, frozenset({"fs"}), f"{base} {sub}".strip())
+            return CallClass(False, None, fdom, f"{base} {sub}")
+        return CallClass(True, None, fdom, f"{base} {sub}".strip())
     # SQL-carrying tools
     for k in ("sql", "query", "statement", "stmt"):
         v = args.get(k)

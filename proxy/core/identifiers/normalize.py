@@ -77,6 +77,7 @@ _K8S_ALIASES = {
 }
 
 _TRAIL = ".,;:!?)]}>'\"`"
+_HEXLIKE = re.compile(r"^(?=(?:[-:]*[0-9a-fA-F]){7})[0-9a-fA-F]+(?:[-:][0-9a-fA-F]+)*$")
 _LEAD = "([{<'\"`"
 
 
@@ -185,6 +186,10 @@ def normalize(value: str, kind: str, *, sensitive: bool = False) -> str:
     if kind == "oci_image":
         return _norm_image(v)
     if kind == "kafka_offset":
+        return v.lower()
+    if _HEXLIKE.match(v):
+        # a hex value found by a contextual rule (an upload id that is a UUID …) gets the
+        # same identity as when a hex rule finds it
         return v.lower()
     return v
 

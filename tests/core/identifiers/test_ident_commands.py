@@ -1,0 +1,229 @@
+"""Table-driven classification of tool calls as read-only or mutating."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.core.identifiers import classify_call, classify_command, command_of, is_shell_tool
+
+READ_ONLY = [
+    "git log --oneline -5",
+    "git show HEAD~1",
+    "git status",
+    "git rev-parse HEAD",
+    "git diff main...feature",
+    "git branch -a",
+    "git tag",
+    "git stash list",
+    "kubectl get pods -n prod",
+    "kubectl describe deployment web",
+    "kubectl get deploy web -o jsonpath='{.spec.template.spec.containers[0].image}'",
+    "kubectl rollout status deployment/web",
+    "kubectl rollout history deployment/web",
+    "ls -la /srv/app",
+    "cat alembic.ini",
+    "grep -rn upload_id src/",
+    "find . -name '*.py'",
+    "head -n 20 log.txt | tail -5",
+    "aws ec2 describe-instances --instance-ids i-0a7e6875e450b9a77",
+    "aws s3api list-multipart-uploads --bucket media",
+    "aws s3api get-object-attributes --bucket b --key k",
+    "aws s3 ls s3://media/",
+    "aws sts get-caller-identity",
+    "terraform plan -out tf.plan",
+    "terraform show",
+    "terraform state list",
+    "terraform output -json",
+    "alembic current",
+    "alembic history --verbose",
+    "flyway info",
+    "python manage.py showmigrations blog",
+    "psql -c 'SELECT * FROM alembic_version'",
+    "mysql -e 'SHOW MASTER STATUS'",
+    "kafka-consumer-groups --bootstrap-server k:9092 --describe --group billing",
+    "kafka-consumer-groups --bootstrap-server k:9092 --group billing --topic orders --reset-offsets --to-earliest --dry-run",
+    "stripe refunds list --limit 3",
+    "stripe get /v1/charges/ch_1",
+    "docker ps -a",
+    "docker images",
+    "curl -s https://api.acme.io/v1/status",
+    "pytest -q tests/",
+    "python -m pytest -x",
+    "cd /repo && git log -1 --format=%H",
+    "sudo -u app cat /etc/app.conf",
+    "FOO=1 env | grep FOO",
+    "git log > /dev/null 2>&1",
+    "helm list -A",
+    "helm history web",
+    "pip list",
+    "sed -n 1,20p file.py",
+    "echo done",
+]
+
+MUTATING = [
+    "git reset --hard HEAD~2",
+    "git commit -am 'wip'",
+    "git push origin main",
+    "git rebase -i HEAD~3",
+    "git checkout -b feature/x",
+    "git cherry-pick d1bf724",
+    "git branch -D old",
+    "git stash pop",
+    "alembic upgrade head",
+    "alembic downgrade -1",
+    "flyway migrate",
+    "python manage.py migrate blog 0006",
+    "python3 manage.py makemigrations",
+    "terraform apply -auto-approve",
+    "terraform destroy -target=aws_instance.web",
+    "terraform import aws_s3_bucket.assets acme-assets",
+    "terraform state rm aws_instance.web",
+    "kubectl apply -f deploy.yaml",
+    "kubectl set image deployment/web web=ghcr.io/acme/web:1.5.0",
+    "kubectl rollout undo deployment/web",
+    "kubectl rollout restart deployment/web",
+    "kubectl delete pod web-7d9f8b6c5d-x2x4z",
+    "kubectl scale deployment web --replicas=3",
+    "kubectl patch deployment web -p '{}'",
+    "aws s3api create-multipart-upload --bucket media --key big.bin",
+    "aws s3api upload-part --bucket media --key big.bin --part-number 1 --upload-id abc --body p1",
+    "aws s3api complete-multipart-upload --bucket media --key big.bin --upload-id abc",
+    "aws s3 cp big.bin s3://media/big.bin",
+    "aws ec2 terminate-instances --instance-ids i-0a7e6875e450b9a77",
+    "stripe refunds create --charge ch_3MtwBwLkdIwHu7ix28a3tqPa",
+    "stripe post /v1/refunds -d charge=ch_1",
+    "psql -c \"UPDATE accounts SET balance = 0 WHERE id = 7\"",
+    "psql -c 'INSERT INTO t VALUES (1)'",
+    "psql -c 'DELETE FROM sessions'",
+    "mysql -e 'DROP TABLE t'",
+    "kafka-consumer-groups --bootstrap-server k:9092 --group billing --topic orders --reset-offsets --to-offset 1200 --execute",
+    "kafka-topics --create --topic orders --partitions 6",
+    "rm -rf build/",
+    "mv a.py b.py",
+    "echo 'x' > notes.txt",
+    "ls && rm tmp.txt",
+    "cat a | tee b.txt",
+    "git log; git reset --hard origin/main",
+    "bash -c 'alembic upgrade head'",
+    "curl -X POST https://api.acme.io/v1/refunds -d amount=5",
+    "pip install requests",
+    "npm install",
+    "docker run -d nginx:1.25",
+    "helm upgrade web ./chart",
+    "sed -i 's/a/b/' values.yaml",
+    "find . -name '*.pyc' -delete",
+]
+
+UNKNOWN = ["python script.py", "./deploy.sh", "make", "node index.js"]
+
+
+@pytest.mark.parametrize("cmd", READ_ONLY)
+def test_read_only_commands(cmd: str) -> None:
+    c = classify_command(cmd)
+    assert c.mutating is False, c
+
+
+@pytest.mark.parametrize("cmd", MUTATING)
+def test_mutating_commands(cmd: str) -> None:
+    c = classify_command(cmd)
+    assert c.mutating is True, c
+
+
+@pytest.mark.parametrize("cmd", UNKNOWN)
+def test_unknown_commands(cmd: str) -> None:
+    assert classify_command(cmd).mutating is None
+
+
+@pytest.mark.parametrize(
+    "cmd,domains",
+    [
+        ("git rev-parse HEAD", {"git"}),
+        ("git reset --hard HEAD~1", {"git"}),
+        ("git commit -m x", {"git:additive"}),
+        ("kubectl get deploy web -o yaml", {"k8s"}),
+        ("terraform apply", {"terraform"}),
+        ("alembic upgrade head", {"db"}),
+        ("aws s3api create-multipart-upload --bucket b --key k", {"aws:s3"}),
+        ("aws s3 ls s3://b", {"aws:s3"}),
+        ("cat ./deploy/values.yaml", {"file:values.yaml"}),
+        ("stripe refunds create --charge ch_1", {"stripe"}),
+        ("kafka-consumer-groups --describe --group g", {"kafka"}),
+    ],
+)
+def test_domains(cmd: str, domains: set[str]) -> None:
+    assert domains <= classify_command(cmd).domains
+
+
+@pytest.mark.parametrize(
+    "tool,args,mutating",
+    [
+        ("get_deployment", {"name": "web"}, False),
+        ("list_uploads", {}, False),
+        ("read_file", {"path": "a.py"}, False),
+        ("search_code", {"q": "x"}, False),
+        ("view", {"path": "a.py"}, False),
+        ("Read", {"file_path": "/a.py"}, False),
+        ("Grep", {"pattern": "x"}, False),
+        ("Glob", {"pattern": "*.py"}, False),
+        ("WebFetch", {"url": "https://x.io"}, False),
+        ("create_refund", {"charge": "ch_1"}, True),
+        ("update_deployment", {"image": "x:1"}, True),
+        ("delete_bucket", {"name": "b"}, True),
+        ("apply_migration", {}, True),
+        ("write_file", {"path": "a.py", "content": "x"}, True),
+        ("edit_file", {"path": "a.py"}, True),
+        ("Write", {"file_path": "/a.py", "content": ""}, True),
+        ("Edit", {"file_path": "/a.py"}, True),
+        ("apply_patch", {"input": "*** Begin Patch"}, True),
+        ("run_migration", {}, True),
+        ("execute_query", {"sql": "SELECT 1"}, False),
+        ("execute_query", {"sql": "UPDATE t SET a = 1"}, True),
+        ("run_sql", {"query": "DELETE FROM t"}, True),
+        ("http_request", {"method": "GET", "url": "https://x"}, False),
+        ("http_request", {"method": "POST", "url": "https://x"}, True),
+        ("str_replace_editor", {"command": "view", "path": "/a.py"}, False),
+        ("str_replace_editor", {"command": "str_replace", "path": "/a.py"}, True),
+        ("mcp__stripe__create_refund", {}, True),
+        ("mcp__github__get_pull_request", {}, False),
+        ("refund_create", {}, True),
+        ("kubectl", {"command": "get pods"}, False),
+        ("kubectl", {"command": "rollout undo deployment/web"}, True),
+        ("frobnicate", {}, None),
+    ],
+)
+def test_non_shell_tools(tool: str, args: dict[str, object], mutating: bool | None) -> None:
+    assert classify_call(tool, json.dumps(args)).mutating is mutating
+
+
+@pytest.mark.parametrize(
+    "tool,args,command",
+    [
+        ("bash", {"command": "git log -1"}, "git log -1"),
+        ("Bash", {"command": "ls", "description": "list"}, "ls"),
+        ("shell", {"command": ["bash", "-lc", "git status"]}, "git status"),
+        ("local_shell", {"type": "exec", "action": {"command": ["ls", "-la"]}}, "ls -la"),
+        ("execute_command", {"command": "kubectl get pods"}, "kubectl get pods"),
+        ("run_terminal_cmd", {"command": "pytest"}, "pytest"),
+        ("developer__shell", {"command": "git diff"}, "git diff"),
+        ("exec_command", {"cmd": "echo hi"}, "echo hi"),
+    ],
+)
+def test_shell_tools_expose_their_command(tool: str, args: dict[str, object], command: str) -> None:
+    assert is_shell_tool(tool)
+    assert command_of(tool, json.dumps(args)) == command
+    assert classify_call(tool, json.dumps(args)).command == command
+
+
+def test_non_shell_tool_has_no_command() -> None:
+    assert not is_shell_tool("read_file")
+    assert command_of("read_file", '{"command": "rm -rf /"}') is None
+
+
+def test_raw_argument_text_and_garbage_never_raise() -> None:
+    assert classify_call("bash", "git log").mutating is False
+    for junk in ["", "{", "[1,2", "\"unterminated", "'", "a && && b", "$(rm -rf /)", "\x00\x01"]:
+        classify_call("bash", junk)
+        classify_command(junk)
+        classify_call("weird_tool", junk)

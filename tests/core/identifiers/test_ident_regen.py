@@ -1,0 +1,238 @@
+"""Regenerability: source rules, read-before-write, policy overrides, call linking."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proxy.core.identifiers import (
+    CallRecord,
+    Identifier,
+    RegenPolicy,
+    Source,
+    extract_snapshot,
+    mark_regenerability,
+    snapshot_calls,
+)
+from proxy.core.messages import Part, Snapshot, from_anthropic, from_openai_chat, make_message
+
+SHA = "4ab09790de1eec4f5973f19c2dc3d58654165a62"
+SHA2 = "22d4caca99a804ec78793281740c73741b12ce35"
+REV = "d1bf7246cf12"
+REV2 = "1655c5696e24"
+UPLOAD = "fFZnqqhhmxMYKWD0jwAa6uw0.fFaiRjdVUZtrXEBMSuh9_gtBu3QWEDpBTYRMTx8h"
+IMG_OLD = "ghcr.io/acme/web:1.4.2"
+IMG_NEW = "ghcr.io/acme/web:1.5.0"
+
+
+def call(i: int, cmd: str, tool: str = "bash") -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": json.dumps({"command": cmd})}}],
+    }
+
+
+def result(i: int, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"c{i}", "content": text}
+
+
+def snap(*msgs: dict[str, Any], system: str = "You are an agent.") -> Snapshot:
+    return from_openai_chat({"model": "gpt-4o", "messages": [{"role": "system", "content": system}, *msgs]})
+
+
+def by_value(ids: list[Identifier], value: str) -> list[Identifier]:
+    return [i for i in ids if i.value == value]
+
+
+def regen_of(ids: list[Identifier], value: str) -> bool:
+    found = by_value(ids, value)
+    assert found, f"{value} not extracted; got {[i.value for i in ids]}"
+    return all(i.regenerable for i in found)
+
+
+# --------------------------------------------------------------------------- source rules
+
+
+@pytest.mark.parametrize(
+    "cmd,output,value,regenerable",
+    [
+        ("git log -1 --format=%H", SHA, SHA, True),
+        ("alembic revision -m 'add users'", f"Generating /srv/app/migrations/versions/{REV}_add_users.py ... done\nRevision ID: {REV}", REV, False),
+        ("alembic current", f"{REV} (head)", REV, True),
+        ("aws s3api create-multipart-upload --bucket media --key big.bin", json.dumps({"Bucket": "media", "Key": "big.bin", "UploadId": UPLOAD}), UPLOAD, False),
+        ("aws s3api list-multipart-uploads --bucket media", json.dumps({"Uploads": [{"Key": "big.bin", "UploadId": UPLOAD}]}), UPLOAD, True),
+        ("stripe refunds create --charge ch_3MtwBwLkdIwHu7ix28a3tqPa", '{"id": "re_3PvDUjnz7ZsIt6EA0wmPSSZk", "object": "refund"}', "re_3PvDUjnz7ZsIt6EA0wmPSSZk", False),
+        ("ls /srv/app", "/srv/app/main.py\n/srv/app/config/settings.py", "/srv/app/main.py", True),
+        ("python script.py", f"created tenant a989aba5-6cbc-478c-8fc5-f6e6c01f99f5", "a989aba5-6cbc-478c-8fc5-f6e6c01f99f5", False),
+        ("python script.py", "wrote /srv/app/out/report.csv", "/srv/app/out/report.csv", True),
+    ],
+)
+def test_tool_result_regenerability(cmd: str, output: str, value: str, regenerable: bool) -> None:
+    ids = extract_snapshot(snap({"role": "user", "content": "go"}, call(1, cmd), result(1, output)), cache=None)
+    assert regen_of(ids, value) is regenerable
+
+
+def test_user_and_system_values_are_not_regenerable() -> None:
+    s = snap(
+        {"role": "user", "content": f"roll back to {SHA} and read /srv/app/main.py"},
+        system="Deploy bucket s3://acme-media/uploads is fixed.",
+    )
+    ids = extract_snapshot(s, cache=None)
+    assert not regen_of(ids, SHA)
+    assert not regen_of(ids, "/srv/app/main.py")
+    assert not regen_of(ids, "s3://acme-media/uploads")
+    system = [i for i in ids if i.source.origin == "system"]
+    assert system and system[0].source.message_index == -1
+
+
+def test_assistant_prose_keeps_kind_default() -> None:
+    ids = extract_snapshot(snap({"role": "assistant", "content": f"I will edit /srv/app/main.py and keep {SHA}."}), cache=None)
+    assert regen_of(ids, "/srv/app/main.py") is True  # paths default to regenerable
+    assert regen_of(ids, SHA) is False  # opaque ids default to not regenerable
+
+
+def test_tool_result_source_carries_the_call() -> None:
+    ids = extract_snapshot(snap({"role": "user", "content": "x"}, call(7, "git rev-parse HEAD"), result(7, SHA)), cache=None)
+    (i,) = by_value(ids, SHA)
+    assert i.source.origin == "tool_result"
+    assert i.source.tool_name == "bash"
+    assert i.source.command == "git rev-parse HEAD"
+    assert i.source.mutating is False
+    assert i.source.tool_call_id == "c7"
+    assert i.source.call_index == 1
+    assert i.source.message_index == 2
+    assert "git" in i.source.domains
+
+
+# --------------------------------------------------------------------------- read-before-write
+
+
+@pytest.mark.parametrize(
+    "read_cmd,read_out,value,write_cmd,becomes_required",
+    [
+        ("git rev-parse HEAD", SHA, SHA, "git reset --hard HEAD~3", True),
+        ("git rev-parse HEAD", SHA, SHA, "git commit -am wip", False),  # additive: SHA still valid
+        ("kubectl get deploy web -o jsonpath='{..image}'", IMG_OLD, IMG_OLD, f"kubectl set image deployment/web web={IMG_NEW}", True),
+        ("alembic current", f"{REV} (head)", REV, "alembic upgrade head", True),
+        ("terraform state show aws_instance.web", 'id = "i-0a7e6875e450b9a77"', "i-0a7e6875e450b9a77", "terraform apply -auto-approve", True),
+        ("kafka-consumer-groups --describe --group billing", "topic orders partition 3 offset 1234", "topic orders partition 3 offset 1234", "kafka-consumer-groups --group billing --topic orders --reset-offsets --to-offset 0 --execute", True),
+        ("git rev-parse HEAD", SHA, SHA, "kubectl rollout restart deployment/web", False),  # other domain
+        ("cat deploy/values.yaml", f"image: {IMG_OLD}", IMG_OLD, "sed -i 's/1.4.2/1.5.0/' deploy/values.yaml", True),
+        ("cat deploy/values.yaml", f"image: {IMG_OLD}", IMG_OLD, "sed -i 's/x/y/' other.yaml", False),
+    ],
+)
+def test_read_before_write(read_cmd: str, read_out: str, value: str, write_cmd: str, becomes_required: bool) -> None:
+    s = snap({"role": "user", "content": "go"}, call(1, read_cmd), result(1, read_out), call(2, write_cmd), result(2, "ok"))
+    ids = extract_snapshot(s, cache=None)
+    assert regen_of(ids, value) is (not becomes_required)
+
+
+def test_read_before_write_needs_a_later_write() -> None:
+    s = snap({"role": "user", "content": "go"}, call(2, "git reset --hard HEAD~1"), result(2, "HEAD is now at d1bf724 x"), call(1, "git rev-parse HEAD"), result(1, SHA))
+    assert regen_of(extract_snapshot(s, cache=None), SHA) is True
+
+
+def test_paths_and_names_are_exempt_from_read_before_write() -> None:
+    s = snap(
+        {"role": "user", "content": "go"},
+        call(1, "kubectl get deploy"),
+        result(1, "deployment.apps/web 3/3 https://web.acme.io/health"),
+        call(2, "kubectl rollout restart deployment/web"),
+        result(2, "deployment.apps/web restarted"),
+    )
+    ids = extract_snapshot(s, cache=None)
+    first = [i for i in ids if i.source.message_index == 2]
+    assert first and all(i.regenerable for i in first), first
+
+
+def test_editor_tool_write_links_by_file_name() -> None:
+    s = snap(
+        {"role": "user", "content": "bump the image"},
+        call(1, "", tool="Read") | {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Read", "arguments": json.dumps({"file_path": "/repo/deploy/values.yaml"})}}]},
+        result(1, f"image: {IMG_OLD}"),
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "Edit", "arguments": json.dumps({"file_path": "/repo/deploy/values.yaml", "old_string": "1.4.2", "new_string": "1.5.0"})}}]},
+        result(2, "edited"),
+    )
+    assert regen_of(extract_snapshot(s, cache=None), IMG_OLD) is False
+
+
+# --------------------------------------------------------------------------- overrides and purity
+
+
+def test_policy_overrides_by_kind_and_tool() -> None:
+    s = snap({"role": "user", "content": "go"}, call(1, "git log -1 --format=%H"), result(1, SHA))
+    ids = extract_snapshot(s, cache=None)
+    assert regen_of(ids, SHA) is True
+    assert regen_of(extract_snapshot(s, cache=None, policy=RegenPolicy(kind_overrides={"git_sha": False})), SHA) is False
+    assert regen_of(extract_snapshot(s, cache=None, policy=RegenPolicy(tool_overrides={"bash": False})), SHA) is False
+
+
+def test_mark_regenerability_is_pure() -> None:
+    src = Source(1, "tool", "tool_result", tool_name="bash", command="alembic current", mutating=False, domains=frozenset({"db"}))
+    ident = Identifier(REV, REV, "alembic_revision", "alembic-revision", False, True, src, 0, 12, REV)
+    calls = [CallRecord(2, "bash", True, frozenset({"db"}), "alembic upgrade head")]
+    out = mark_regenerability([ident], calls)
+    assert out[0].regenerable is False
+    assert ident.regenerable is True  # input untouched
+    assert mark_regenerability([ident], [])[0] is ident
+
+
+# --------------------------------------------------------------------------- call linking
+
+
+def test_results_link_by_id_even_out_of_order() -> None:
+    s = from_openai_chat(
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "git rev-parse HEAD"})}},
+                        {"id": "b", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "alembic upgrade head"})}},
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "b", "content": f"Running upgrade {REV2} -> {REV}, add users"},
+                {"role": "tool", "tool_call_id": "a", "content": SHA},
+            ]
+        }
+    )
+    ids = extract_snapshot(s, cache=None)
+    assert by_value(ids, SHA)[0].source.command == "git rev-parse HEAD"
+    assert by_value(ids, REV)[0].source.command == "alembic upgrade head"
+    assert regen_of(ids, REV) is False
+
+
+def test_results_without_ids_link_by_name_then_position() -> None:
+    calls = make_message("assistant", (Part("tool_call", json.dumps({"command": "alembic upgrade head"}), tool_name="bash"),))
+    res = make_message("tool", (Part("tool_result", f"Running upgrade {REV2} -> {REV}"),))
+    s = Snapshot("plain", "", (make_message("user", (Part("text", "go"),)), calls, res))
+    ids = extract_snapshot(s, cache=None)
+    assert by_value(ids, REV)[0].source.command == "alembic upgrade head"
+    assert regen_of(ids, REV) is False
+
+
+def test_anthropic_tool_use_blocks() -> None:
+    s = from_anthropic(
+        {
+            "system": "agent",
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "tu1", "name": "Bash", "input": {"command": "aws s3api create-multipart-upload --bucket m --key k"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": json.dumps({"UploadId": UPLOAD})}]},
+            ],
+        }
+    )
+    ids = extract_snapshot(s, cache=None)
+    (u,) = by_value(ids, UPLOAD)
+    assert u.kind == "upload_id" and u.regenerable is False and u.source.mutating is True
+
+
+def test_snapshot_calls() -> None:
+    s = snap({"role": "user", "content": "x"}, call(1, "git log"), result(1, "x"), call(2, "terraform apply"), result(2, "y"))
+    cs = snapshot_calls(s, cache=None)
+    assert [(c.message_index, c.mutating) for c in cs] == [(1, False), (3, True)]
