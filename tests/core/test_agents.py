@@ -168,3 +168,21 @@ def test_claude_code_metadata_does_not_matter_for_detection() -> None:
     assert after["metadata"] == before["metadata"]
     a = analyze(*c.snapshots("anthropic"), markers=M)
     assert a.verdict == "destructive" and a.agent == "claude_code"
+
+
+@pytest.mark.parametrize(
+    "output, command, expected",
+    [
+        # git push after a rewrite: "+ old...new" (forced) and "old..new" (fast-forward)
+        ("To github.com:acme/shop.git\n + a4dea18...e92e272 feature/payments -> feature/payments (forced update)",
+         "git push --force-with-lease origin feature/payments", {"a4dea18", "e92e272"}),
+        ("To github.com:acme/shop.git\n   a4dea18..e92e272  main -> main", "git push origin main", {"a4dea18", "e92e272"}),
+        ("[main 22b3437] wip: checkpoint before client rename", 'git commit -am "wip"', {"22b3437"}),
+    ],
+)
+def test_identifier_layer_finds_the_short_shas_of_git_outputs(output: str, command: str, expected: set[str]) -> None:
+    """The git fixtures above rely on these being extracted (identifier layer contract)."""
+    from proxy.core.identifiers.extract import scan_text
+
+    found = {m.value for m in scan_text(output, None, f"bash {command}") if m.kind == "git_sha"}
+    assert expected <= found

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.analysis import analyze
@@ -28,7 +28,14 @@ from tests.support.conversations import (
 )
 
 M = default_markers()
-PROPS = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized (same examples every run) and no shrinking, so a failure reports fast.
+PROPS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 tasks = st.sampled_from(TASKS)
 seeds = st.integers(min_value=0, max_value=10_000)
