@@ -22,12 +22,13 @@ substring search per lost identifier.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from .identifiers.model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Source, redact
-from .identifiers.normalize import HEX_KINDS, find_altered_in_text, relation
+from .identifiers.normalize import HEX_KINDS, PREFIX_KINDS, find_altered_in_text, relation
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ALNUM = re.compile(r"[A-Za-z0-9]")
@@ -146,10 +147,38 @@ class VisibleText:
             if not i.sensitive:
                 self._by_kind.setdefault(i.kind, []).append(i)
         self._hex_tokens: list[str] | None = None
+        self._sorted: dict[str, list[str]] = {}
+        self._path_tails: dict[str, str] | None = None
+        self._path_norms: dict[str, str] | None = None
 
     def of_kind(self, kind: str) -> list[Identifier]:
         """Visible (non-sensitive) identifiers of one kind."""
         return self._by_kind.get(kind, [])
+
+    def sorted_norms(self, kind: str) -> list[str]:
+        """Norms of one kind, sorted (for prefix searches with :mod:`bisect`)."""
+        if kind not in self._sorted:
+            self._sorted[kind] = sorted({i.norm for i in self.of_kind(kind)})
+        return self._sorted[kind]
+
+    def path_norms(self) -> dict[str, str]:
+        """Visible path norm → its verbatim value."""
+        if self._path_norms is None:
+            self._path_norms = {i.norm: i.value for i in self.of_kind("path")}
+        return self._path_norms
+
+    def path_tails(self) -> dict[str, str]:
+        """Every component-boundary tail of a visible absolute path (``a/b.py`` and
+        ``b.py`` for ``/srv/a/b.py``) → that path's value."""
+        if self._path_tails is None:
+            tails: dict[str, str] = {}
+            for norm, value in self.path_norms().items():
+                if norm.startswith("/"):
+                    comps = norm.strip("/").split("/")
+                    for k in range(1, len(comps)):
+                        tails.setdefault("/".join(comps[k:]), value)
+            self._path_tails = tails
+        return self._path_tails
 
     def hex_tokens(self) -> list[str]:
         if self._hex_tokens is None:
@@ -182,6 +211,22 @@ class VisibleText:
         return re.search(r"(?<![0-9a-z])" + re.escape(v) + r"[0-9a-f]+(?![0-9a-z])", self.lower) is not None
 
 
+#: Kinds whose alterations are not visible from lengths alone (segment swaps, other offsets).
+_PAIRWISE_KINDS = frozenset({"uuid", "mysql_gtid", "kafka_offset", "git_sha"})
+
+
+def _may_relate(a: str, o: str, kind: str) -> bool:
+    """Cheap pre-filter for :func:`relation`: only pairs where one norm is a prefix or
+    suffix of the other (ellipsis removed) or of similar length can be an alias or an
+    alteration; everything else is unrelated without running the edit distance."""
+    if kind in _PAIRWISE_KINDS:
+        return True
+    oc = o.replace("…", "").replace("...", "")
+    if abs(len(a) - len(oc)) <= max(1, max(len(a), len(oc)) // 8):
+        return True
+    return a.startswith(oc) or a.endswith(oc) or oc.startswith(a) or oc.endswith(a)
+
+
 def _is_hexish(ident: Identifier) -> bool:
     return ident.kind in HEX_KINDS or bool(_HEX.match(ident.value)) or ident.norm == ident.value.lower()
 
@@ -199,10 +244,17 @@ def survives(ident: Identifier, visible: VisibleText) -> bool:
         return True
     # An alias counts only when the visible copy is at least as specific: a full SHA
     # whose 7-character abbreviation alone is visible was truncated (``altered``).
-    return any(
-        len(other.norm) >= len(ident.norm) and relation(ident.norm, other.norm, ident.kind) == "alias"
-        for other in visible.of_kind(ident.kind)
-    )
+    kind, norm = ident.kind, ident.norm
+    if kind == "path":
+        return not norm.startswith("/") and norm in visible.path_tails()
+    if kind in PREFIX_KINDS or kind == "django_migration":
+        names = visible.sorted_norms(kind)
+        i = bisect_left(names, norm)
+        while i < len(names) and names[i].startswith(norm):
+            if len(names[i]) > len(norm) and relation(norm, names[i], kind) == "alias":
+                return True
+            i += 1
+    return False
 
 
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:/@+=~-")
@@ -242,9 +294,18 @@ def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
     a truncated or elided SHA, an absolute path made relative, a one-character typo."""
     if ident.sensitive:
         return None
-    for other in visible.of_kind(ident.kind):
-        if relation(ident.norm, other.norm, ident.kind) == "altered":
-            return other.value
+    if ident.kind == "path":
+        if ident.norm.startswith("/"):  # made relative: a visible path is one of its tails
+            rel = visible.path_norms()
+            comps = ident.norm.strip("/").split("/")
+            for k in range(1, len(comps)):
+                tail = "/".join(comps[k:])
+                if tail in rel and ("/" in tail or "." in tail):
+                    return rel[tail]
+    else:
+        for other in visible.of_kind(ident.kind):
+            if _may_relate(ident.norm, other.norm, ident.kind) and relation(ident.norm, other.norm, ident.kind) == "altered":
+                return other.value
     frag = find_altered_in_text(ident.norm, ident.kind, visible.text)
     if frag is not None:
         return frag
