@@ -53,7 +53,7 @@ import yaml
 # every pattern off the bulk of a text, so engine speed on full scans matters little.
 _engine = re
 
-from .filters import DEFAULT_FILTERS, FILTERS, Filter
+from .filters import DEFAULT_FILTERS, FILTERS, REGEX_FILTERS, Filter, combined_filter
 from .validators import VALIDATORS, Validator
 
 __all__ = ["Catalog", "CatalogError", "Rule", "Example", "DEFAULT_RULES_FILE"]
@@ -70,7 +70,7 @@ _RULE_KEYS = frozenset(
         "id", "kind", "description", "pattern", "group", "ignore_case", "anchors", "context",
         "regenerable", "sensitive", "priority", "nests", "norm", "validators", "filters",
         "skip_filters", "examples", "negative_examples", "max_len", "prefilter", "reach", "boundary",
-        "tokens", "expand",
+        "tokens", "expand", "run_len",
     }
 )
 _CONTEXT_KEYS = frozenset({"required", "boost", "window", "scope"})
@@ -119,9 +119,15 @@ class Rule:
     description: str = ""
     origin: str = ""
     max_len: int = 0
+    #: The rule's regex-backed filters combined into one pattern (fullmatch = exclude),
+    #: and its other filters; together equivalent to ``filters``.
+    filter_rx: "re.Pattern[str] | None" = None
+    filter_fns: tuple[Filter, ...] = ()
     #: A character-run prefilter (``hex``: 7+ hex digits; ``alnum26``: 26+ alphanumerics;
     #: ``underscore8``: ``_`` then 8+ alphanumerics), computed once per text.
     prefilter: str | None = None
+    #: Only prefilter runs with a length in ``[min, max]`` can start a match.
+    run_len: tuple[int, int] | None = None
     #: How far a match may start before / end after an anchor or prefilter hit.
     reach: tuple[int, int] = (64, 1024)
     #: Check at the match start: ``word`` (no letter/digit before) or ``camel`` (also
@@ -360,6 +366,17 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
             expand = re.compile(f"(?:{expand_raw})*".encode(), re.ASCII)
         except re.error as e:
             raise CatalogError(f"{where}: bad 'expand' class: {e}") from None
+    run_len_raw = raw.get("run_len")
+    run_len: tuple[int, int] | None = None
+    if run_len_raw is not None:
+        if (
+            not isinstance(run_len_raw, list)
+            or len(run_len_raw) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in run_len_raw)
+            or prefilter is None
+        ):
+            raise CatalogError(f"{where}: 'run_len' must be [min, max] positive integers (with a prefilter)")
+        run_len = (run_len_raw[0], run_len_raw[1])
     boundary = raw.get("boundary")
     if boundary not in (None, "word", "camel"):
         raise CatalogError(f"{where}: 'boundary' must be 'word' or 'camel'")
@@ -380,6 +397,8 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         norm=norm,
         validators=tuple(VALIDATORS[v] for v in vnames),
         filters=tuple(FILTERS[f] for f in fnames),
+        filter_rx=combined_filter(fnames),
+        filter_fns=tuple(FILTERS[f] for f in fnames if f not in REGEX_FILTERS),
         validator_names=vnames,
         filter_names=fnames,
         examples=_examples(raw.get("examples"), where, False),
@@ -389,6 +408,7 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         max_len=max_len,
         prefilter=prefilter,
         reach=(reach_raw[0], reach_raw[1]),
+        run_len=run_len,
         boundary=boundary,
         context_literals=_context_literals(required),
         tokens=tuple(t.lower() for t in _as_str_list(raw.get("tokens"), "tokens", where)),

@@ -57,6 +57,10 @@ __all__ = [
 _SNIPPET = 40
 
 
+def _oneline(s: str) -> str:
+    return s.replace("\n", " ").replace("\r", " ").replace("\t", " ")
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     """A source-independent detection inside one text (what the cache stores)."""
@@ -147,6 +151,33 @@ def _strictly_contains(outer: Cand, inner: Cand) -> bool:
 
 
 def _resolve(cands: list[Cand]) -> list[Cand]:
+    """Overlap resolution (see the module docstring). Candidates are split into clusters
+    of transitively overlapping spans; a lone candidate is kept as is, a cluster is
+    resolved greedily by priority, then length, then position."""
+    cands.sort(key=lambda c: (c.start, -(c.end - c.start)))
+    out: list[Cand] = []
+    cluster: list[Cand] = []
+    cluster_end = -1
+    for c in cands:
+        if c.start >= cluster_end:
+            if len(cluster) == 1:
+                out.append(cluster[0])
+            elif cluster:
+                out.extend(_resolve_cluster(cluster))
+            cluster = [c]
+            cluster_end = c.end
+        else:
+            cluster.append(c)
+            if c.end > cluster_end:
+                cluster_end = c.end
+    if len(cluster) == 1:
+        out.append(cluster[0])
+    elif cluster:
+        out.extend(_resolve_cluster(cluster))
+    return out
+
+
+def _resolve_cluster(cands: list[Cand]) -> list[Cand]:
     cands.sort(key=lambda c: (-c.rule.priority, -(c.end - c.start), c.start))
     atoms = _Intervals()
     containers = _Intervals()
@@ -175,6 +206,8 @@ def _snippet(text: str, s: int, e: int, secrets: Sequence[tuple[int, int]]) -> s
     ce = min(len(text), e + _SNIPPET)
     if e - s > 200:  # long values (PEM blocks, long URLs): show the head only
         ce = min(len(text), s + 200)
+    if not secrets:
+        return ("…" if cs > 0 else "") + _oneline(text[cs:ce]) + ("…" if ce < len(text) else "")
     for ss, se in secrets:
         if ss < cs < se:
             cs = ss
@@ -189,7 +222,7 @@ def _snippet(text: str, s: int, e: int, secrets: Sequence[tuple[int, int]]) -> s
         pieces.append(redact(text[ss:se]))
         pos = se
     pieces.append(text[pos:ce])
-    snip = " ".join("".join(pieces).split())
+    snip = _oneline("".join(pieces))
     return ("…" if cs > 0 else "") + snip + ("…" if ce < len(text) else "")
 
 
@@ -202,6 +235,14 @@ def _norm_of(c: Cand, sensitive: bool) -> str:
         except (KeyError, IndexError, ValueError):
             pass
     return normalize(c.value, c.rule.kind)
+
+
+def _memo_norm(memo: dict[tuple[str, str], str], c: Cand) -> str:
+    key = (c.rule.kind, c.value)
+    n = memo.get(key)
+    if n is None:
+        n = memo[key] = normalize(c.value, c.rule.kind)
+    return n
 
 
 def scan_text(text: str, catalog: Catalog | None = None, src_ctx: str = "") -> tuple[Match, ...]:
@@ -217,6 +258,7 @@ def scan_text(text: str, catalog: Catalog | None = None, src_ctx: str = "") -> t
     if cat.allowlist:
         kept = [c for c in kept if not cat.is_allowed(c.value, _norm_of(c, False))]
     secret_spans = sorted((c.start, c.end) for c in kept if c.rule.sensitive)
+    norms: dict[tuple[str, str], str] = {}
     out: list[Match] = []
     for c in kept:
         sensitive = c.rule.sensitive or (
@@ -232,7 +274,7 @@ def scan_text(text: str, catalog: Catalog | None = None, src_ctx: str = "") -> t
                 rule_id=c.rule.id,
                 kind=c.rule.kind,
                 value=c.value,
-                norm=_norm_of(c, sensitive),
+                norm=_norm_of(c, sensitive) if (sensitive or c.norm_groups is not None) else _memo_norm(norms, c),
                 start=c.start,
                 end=c.end,
                 sensitive=sensitive,

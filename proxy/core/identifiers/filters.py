@@ -11,7 +11,7 @@ may add more with ``filters``. Filters must be cheap: they run on every candidat
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -28,25 +28,56 @@ __all__ = [
     "is_placeholder",
     "is_example_url",
     "is_template",
+    "REGEX_FILTERS",
+    "combined_filter",
 ]
 
 Filter = Callable[[str], bool]
 
-_DATE_RE = re.compile(
-    r"""^(?:
+_DATE_BODY = r"""(?:
         \d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[T\s_]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?
       | \d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}
       | \d{4}\d{2}\d{2}(?:T\d{6}Z?)?
       | \d{1,2}/\d{1,2}
-    )$""",
-    re.X,
+    )"""
+_TIME_BODY = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:\s?[AaPp][Mm])?"
+_VERSION_BODY = (
+    r"(?:(?:[vV]|version[-_ ]?)\d+(?:\.\d+){0,3}|\d+(?:\.\d+){1,3})"
+    r"(?:[-+.]?(?:a|b|rc|alpha|beta|dev|post|pre|final|snapshot|lts)\.?\d*)?"
 )
-_TIME_RE = re.compile(r"^\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:\s?[AaPp][Mm])?$")
-_VERSION_RE = re.compile(
-    r"^(?:(?:[vV]|version[-_ ]?)\d+(?:\.\d+){0,3}|\d+(?:\.\d+){1,3})(?:[-+.]?(?:a|b|rc|alpha|beta|dev|post|pre|final|snapshot|lts)\.?\d*)?$",
-    re.I,
-)
-_NUMBER_RE = re.compile(r"^[+-]?(?:\d+(?:[.,_]\d+)*|\d*\.\d+|0x[0-9a-f]{1,8})(?:e[+-]?\d+)?%?$", re.I)
+_NUMBER_BODY = r"[+-]?(?:\d+(?:[.,_]\d+)*|\d*\.\d+|0x[0-9a-f]{1,8})(?:e[+-]?\d+)?%?"
+_YEAR_BODY = r"(?:19\d\d|2[01]\d\d)"
+_TEMPLATE_BODY = r"(?:\$\{?[A-Za-z_]\w*\}?|%[sd]|\{[\w.]*\}|<[^>]*>|\*+|null|none|nil|true|false|undefined|n/?a)"
+
+#: Regex-backed filters: name -> (body, case-insensitive). Combined per rule into one
+#: compiled alternation (one regex call per candidate instead of one per filter).
+REGEX_FILTERS: Mapping[str, tuple[str, bool]] = {
+    "date": (_DATE_BODY, False),
+    "time": (_TIME_BODY, False),
+    "version": (_VERSION_BODY, True),
+    "number": (_NUMBER_BODY, True),
+    "year": (_YEAR_BODY, False),
+    "template": (_TEMPLATE_BODY, True),
+}
+
+
+def _piece(name: str) -> str:
+    body, ci = REGEX_FILTERS[name]
+    flags = "ix" if ci and name == "date" else "i" if ci else "x" if name == "date" else ""
+    return f"(?{flags}:{body})" if flags else f"(?:{body})"
+
+
+def combined_filter(names: "Iterable[str]") -> "re.Pattern[str] | None":
+    """One regex that fullmatches a value iff any of the named regex filters would."""
+    pieces = [_piece(n) for n in names if n in REGEX_FILTERS]
+    return re.compile("|".join(pieces)) if pieces else None
+
+
+_DATE_RE = re.compile(f"^{_piece('date')}$")
+_TIME_RE = re.compile(f"^{_piece('time')}$")
+_VERSION_RE = re.compile(f"^{_piece('version')}$")
+_NUMBER_RE = re.compile(f"^{_piece('number')}$")
+_YEAR_RE = re.compile(f"^{_piece('year')}$")
 _WORD_PIECE = re.compile(r"^(?:[a-z]+|[A-Z][a-z]+|[A-Z]+)$")
 _WORD_SPLIT = re.compile(r"[_\-\s./]+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z])(?=[A-Z])")
@@ -75,7 +106,7 @@ def is_port(value: str) -> bool:
 
 def is_year(value: str) -> bool:
     """A year between 1900 and 2199."""
-    return len(value) == 4 and value.isdigit() and 1900 <= int(value) <= 2199
+    return bool(_YEAR_RE.match(value))
 
 
 def is_plain_number(value: str) -> bool:
@@ -141,11 +172,14 @@ _SEP_RE = re.compile(r"[-_:./]")
 _TYPE_PREFIX = re.compile(r"^[a-z]{1,6}\d{0,3}(?=[-_:])[-_:]")
 
 
+_SEQ8 = re.compile("|".join(sorted({re.escape(s[i : i + 8]) for s in _SEQUENCES for i in range(len(s) - 7)})))
+
+
 def _mostly_sequence(body: str) -> bool:
     """A run of a counting sequence covers ≥ 70% of ``body`` (and ≥ 8 characters)."""
     n = len(body)
     need = max(8, -(-7 * n // 10))
-    if need > n:
+    if need > n or _SEQ8.search(body) is None:
         return False
     for seq in _SEQUENCES:
         for i in range(0, n - need + 1):
@@ -197,7 +231,7 @@ def is_example_url(value: str) -> bool:
     return bool(host) and bool(_EXAMPLE_HOST_RE.search(host))
 
 
-_TEMPLATE_RE = re.compile(r"^(?:\$\{?[A-Za-z_]\w*\}?|%[sd]|\{[\w.]*\}|<[^>]*>|\*+|null|none|nil|true|false|undefined|n/?a)$", re.I)
+_TEMPLATE_RE = re.compile(f"^{_piece('template')}$")
 
 
 def is_template(value: str) -> bool:

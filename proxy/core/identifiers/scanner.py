@@ -277,26 +277,39 @@ def _matches_at(rule: Rule, text: str, hits: Iterable[int]) -> Iterator[Any]:
             yield m
 
 
-def _expand_windows(rule: Rule, idx: TextIndex, hits: Iterable[int]) -> list[Window]:
-    """For anchors inside identifiers: from the left end of the run of ``expand``
-    characters ending at each hit to ``reach[1]`` after it."""
+def _matches_expand(rule: Rule, idx: TextIndex, hits: Iterable[int]) -> Iterator[Any]:
+    """For anchors inside identifiers (``/`` in a path, ``://`` in a URL, the provider in
+    ``module.x.aws_y.z``): try the pattern at the left end of the run of ``expand``
+    characters ending at the hit, then after each separator inside that run, then at the
+    hit; the first match that covers the hit wins."""
     assert rule.expand is not None
-    rev, n, after = idx.reversed(), idx.n, rule.reach[1]
-    match = rule.expand.match
-    wins: list[Window] = []
+    pat, text = rule.pattern, idx.text
+    rev, n = idx.reversed(), idx.n
+    match_left = rule.expand.match
+    last_end = -1
     for p in hits:  # sorted
-        if wins and p <= wins[-1][1]:
-            # same token as the previous hit (or overlapping): just extend its window
-            if p + after > wins[-1][1]:
-                wins[-1] = (wins[-1][0], min(n, p + after))
+        if p < last_end:
             continue
-        m = match(rev, n - p)
-        start = p - (m.end() - m.start()) if m else p
-        if wins and start <= wins[-1][1]:
-            wins[-1] = (wins[-1][0], min(n, p + after))
-        else:
-            wins.append((start, min(n, p + after)))
-    return wins
+        m = match_left(rev, n - p)
+        s0 = p - (m.end() - m.start()) if m else p
+        if s0 < last_end:
+            s0 = last_end
+        found = pat.match(text, s0)
+        if found is None or found.end() <= p:
+            found = None
+            for i in range(s0, p):
+                if not text[i].isalnum():
+                    cand = pat.match(text, i + 1)
+                    if cand is not None and cand.end() > p:
+                        found = cand
+                        break
+            if found is None and s0 != p:
+                cand = pat.match(text, p)
+                if cand is not None:
+                    found = cand
+        if found is not None:
+            last_end = found.end()
+            yield found
 
 
 def _matches_in(rule: Rule, text: str, wins: Sequence[Window]) -> Iterator[Any]:
@@ -349,10 +362,16 @@ def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str) -> Ite
     runs: list[Window] | None = None
     if rule.prefilter is not None:
         runs = idx.runs(rule.prefilter)
+        if rule.run_len is not None:
+            lo, hi = rule.run_len
+            runs = [r for r in runs if lo <= r[1] - r[0] <= hi]
         if not runs:
             return
     before, after = rule.reach
     if hits is None and runs is not None:
+        if ctx_wins is None and rule.expand is not None:
+            yield from _matches_expand(rule, idx, [s for s, _ in runs])
+            return
         if before == 0 and rule.expand is None and ctx_wins is None:
             yield from _matches_at(rule, text, [s for s, _ in runs])
             return
@@ -378,7 +397,7 @@ def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str) -> Ite
     if not hits:
         return
     if rule.expand is not None:
-        yield from _matches_in(rule, text, _expand_windows(rule, idx, hits))
+        yield from _matches_expand(rule, idx, hits)
     elif before == 0:
         yield from _matches_at(rule, text, hits)
     else:
@@ -449,7 +468,12 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
             key = (rule.id, value)
             ok = verdicts.get(key)
             if ok is None:
-                ok = all(v(value) for v in rule.validators) and not any(f(value) for f in rule.filters)
+                frx = rule.filter_rx
+                ok = (
+                    all(v(value) for v in rule.validators)
+                    and not (frx is not None and frx.fullmatch(value))
+                    and not any(f(value) for f in rule.filter_fns)
+                )
                 verdicts[key] = ok
             if not ok:
                 continue

@@ -48,12 +48,18 @@ def fragmentation(value: str) -> float:
     return len(get_encoding("cl100k_base").encode_ordinary(value)) / len(value)
 
 
+_DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[^\W\d_]")
+_LOWER = re.compile(r"[a-z]")
+_UPPER = re.compile(r"[A-Z]")
+
+
 def _has_digit(v: str) -> bool:
-    return any(c.isdigit() for c in v)
+    return _DIGIT.search(v) is not None
 
 
 def _has_letter(v: str) -> bool:
-    return any(c.isalpha() for c in v)
+    return _LETTER.search(v) is not None
 
 
 def has_digit_and_letter(v: str) -> bool:
@@ -81,15 +87,16 @@ def looks_opaque(v: str, *, min_len: int = 8, min_entropy_ratio: float = 0.72, m
     return fragmentation(core) >= min_frag
 
 
-def _char_class(c: str) -> int:
-    return 0 if c.isdigit() else 1 if c.islower() else 2 if c.isupper() else 3
+_CLASS_TABLE = str.maketrans(
+    {**{c: "0" for c in "0123456789"}, **{c: "a" for c in "abcdefghijklmnopqrstuvwxyz"}, **{c: "A" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}
+)
+_CLASS_RUN = re.compile(r"0+|a+|A+")
 
 
 def _transitions(v: str) -> int:
-    """Changes of character class (digit / lower / upper) between adjacent alphanumerics:
-    random tokens change often, words and ``snake_case_2`` names rarely."""
-    alnum = [_char_class(c) for c in v if c.isalnum()]
-    return sum(1 for a, b in zip(alnum, alnum[1:]) if a != b)
+    """Changes of character class (digit / lower / upper) between adjacent ASCII
+    alphanumerics: random tokens change often, words and ``snake_case_2`` names rarely."""
+    return max(0, len(_CLASS_RUN.findall("".join(_CLASS_RUN.findall(v.translate(_CLASS_TABLE))))) - 1) if v else 0
 
 
 def opaque_token(v: str) -> bool:
@@ -105,7 +112,7 @@ def opaque_value(v: str) -> bool:
         return True
     if v.isdigit():
         return len(v) >= 6
-    return len(v) >= 16 and any(c.islower() for c in v) and any(c.isupper() for c in v)
+    return len(v) >= 16 and _LOWER.search(v) is not None and _UPPER.search(v) is not None
 
 
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
@@ -204,7 +211,7 @@ def stripe_body(v: str) -> bool:
         body = body[5:]
     if len(body) < 8 or not has_digit_and_letter(body):
         return False
-    mixed = any(c.islower() for c in body) and any(c.isupper() for c in body)
+    mixed = _LOWER.search(body) is not None and _UPPER.search(body) is not None
     return mixed or looks_opaque(body)
 
 

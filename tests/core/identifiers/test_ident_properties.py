@@ -1,0 +1,99 @@
+"""Property-based tests (hypothesis) for extraction."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from proxy.core.identifiers import Source, extract_text
+from proxy.core.identifiers.filters import is_placeholder
+
+_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SRC = Source(0, "assistant", "assistant")
+
+WORDS = (
+    "the a an of to and in on for with that this it is was are be as at by from or not but we you they "
+    "agent model summary history context window tool result step later value migration upload commit "
+    "deploy image rollback offset partition revision database cluster service request server client "
+    "test file path run build release version note plan apply check keep drop verbatim exact small large "
+    "quick brown fox jumps over lazy dog morning evening report team review change update fix bug issue"
+).split()
+DATES = ["2024-05-01", "05/12/2024", "12/05", "2023", "1999", "10:30", "09:15:02", "20240501"]
+VERSIONS = ["1.2.3", "v2", "3.11.7", "2.0.0rc1", "v1.4", "0.9", "10.0.1"]
+NUMBERS = ["42", "8080", "1500000", "99.9%", "3.14", "12,000", "0x1f", "-7"]
+
+prose_word = st.sampled_from(WORDS)
+benign_token = st.one_of(prose_word, st.sampled_from(DATES), st.sampled_from(VERSIONS), st.sampled_from(NUMBERS))
+punct = st.sampled_from([" ", " ", " ", ", ", ". ", "; ", "\n", " (", ") "])
+
+
+@st.composite
+def prose(draw: st.DrawFn, tokens: st.SearchStrategy[str] = prose_word, max_words: int = 60) -> str:
+    ws = draw(st.lists(tokens, min_size=1, max_size=max_words))
+    seps = draw(st.lists(punct, min_size=len(ws), max_size=len(ws)))
+    return "".join(w + s for w, s in zip(ws, seps)).strip()
+
+
+@st.composite
+def opaque_id(draw: st.DrawFn) -> str:
+    kind = draw(st.sampled_from(["sha1", "sha256", "uuid", "ulid", "hex32"]))
+    if kind == "sha1":
+        v = draw(st.binary(min_size=20, max_size=20)).hex()
+    elif kind == "sha256":
+        v = "sha256:" + draw(st.binary(min_size=32, max_size=32)).hex()
+    elif kind == "hex32":
+        v = draw(st.binary(min_size=16, max_size=16)).hex()
+    elif kind == "uuid":
+        v = str(uuid.UUID(bytes=draw(st.binary(min_size=16, max_size=16))))
+    else:
+        alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+        v = draw(st.sampled_from("01234567")) + "".join(draw(st.lists(st.sampled_from(alphabet), min_size=25, max_size=25)))
+        assume(sum(c.isdigit() for c in v) >= 4 and any(c.isalpha() for c in v))
+    if draw(st.booleans()) and kind != "ulid":
+        head, sep, body = v.rpartition(":")
+        v = head + sep + body.upper()  # hex case varies; the "sha256:" prefix is lower case
+    body = v.split(":")[-1]
+    assume(any(c.isdigit() for c in body) and any(c.isalpha() for c in body))
+    assume(not is_placeholder(v))
+    return v
+
+
+@given(st.text(max_size=400))
+@_SETTINGS
+def test_never_crashes_and_offsets_are_exact(text: str) -> None:
+    for i in extract_text(text, _SRC, cache=None):
+        assert text[i.start : i.end] == i.value
+
+
+@given(st.lists(st.one_of(st.text(alphabet="0123456789abcdefABCDEF-:/._@ xyzsk", max_size=50), prose_word), max_size=30))
+@_SETTINGS
+def test_offsets_exact_on_identifier_like_noise(parts: list[str]) -> None:
+    text = " ".join(parts)
+    for i in extract_text(text, Source(1, "tool", "tool_result", tool_name="bash", command="git log"), cache=None):
+        assert text[i.start : i.end] == i.value
+        assert i.value.strip() == i.value and i.value
+
+
+@given(prose(), opaque_id(), prose())
+@_SETTINGS
+def test_random_ids_in_prose_are_found_verbatim(before: str, value: str, after: str) -> None:
+    text = f"{before} {value} {after}"
+    ids = extract_text(text, _SRC, cache=None)
+    assert value in [i.value for i in ids], (value, [(i.kind, i.value) for i in ids])
+
+
+@given(prose(benign_token, 80))
+@_SETTINGS
+def test_plain_prose_dates_versions_numbers_yield_nothing(text: str) -> None:
+    ids = extract_text(text, _SRC, cache=None)
+    assert not ids, [(i.kind, i.value, i.detector) for i in ids]
+
+
+@given(prose(benign_token, 40), st.sampled_from(["git log", "kubectl get pods", "alembic history", "terraform plan", "pytest -q", "ls -la"]))
+@_SETTINGS
+def test_plain_prose_yields_nothing_even_as_tool_output(text: str, command: str) -> None:
+    src = Source(1, "tool", "tool_result", tool_name="bash", command=command, mutating=False)
+    ids = extract_text(text, src, cache=None)
+    assert not ids, [(i.kind, i.value, i.detector) for i in ids]
