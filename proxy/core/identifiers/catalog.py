@@ -148,7 +148,7 @@ class Rule:
 # --------------------------------------------------------------------------- YAML loading
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]
     """SafeLoader that records the line of every mapping under the key ``__line__``."""
 
 
@@ -348,8 +348,8 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         raise CatalogError(f"{where}: 'max_len' must be a non-negative integer")
     desc = raw.get("description", "")
     prefilter = raw.get("prefilter")
-    if prefilter not in (None, "hex", "alnum26", "underscore8"):
-        raise CatalogError(f"{where}: 'prefilter' must be one of hex, alnum26, underscore8")
+    if prefilter not in (None, "hex", "alnum26", "underscore8", "digit4"):
+        raise CatalogError(f"{where}: 'prefilter' must be one of hex, alnum26, underscore8, digit4")
     reach_raw = raw.get("reach", [64, max_len or 1024])
     if (
         not isinstance(reach_raw, list)

@@ -88,9 +88,10 @@ def _command_from_value(v: Any) -> str | None:
         return v
     if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
         # ["bash", "-lc", "git log"] -> "git log"
-        if len(v) >= 3 and v[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and v[1] in ("-c", "-lc", "-ic", "-l"):
-            return v[-1]
-        return shlex.join(v)
+        words: list[str] = list(v)
+        if len(words) >= 3 and words[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh") and words[1] in ("-c", "-lc", "-ic", "-l"):
+            return words[-1]
+        return shlex.join(words)
     if isinstance(v, Mapping):
         return _command_from_mapping(v)
     return None
@@ -951,7 +952,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         # an action argument: {"action": "create_refund"}
         act = args.get("action") or args.get("operation") or args.get("op")
         if isinstance(act, str):
-            sub = classify_call(act, "")
-            if sub.mutating is not None:
-                return CallClass(sub.mutating, None, frozenset(domains | sub.domains), f"{base} action {act}")
+            inner = classify_call(act, "")
+            if inner.mutating is not None:
+                return CallClass(inner.mutating, None, frozenset(domains | inner.domains), f"{base} action {act}")
     return CallClass(None, None, frozenset(domains), f"tool {base}: unknown")

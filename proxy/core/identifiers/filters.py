@@ -78,6 +78,7 @@ _TIME_RE = re.compile(f"^{_piece('time')}$")
 _VERSION_RE = re.compile(f"^{_piece('version')}$")
 _NUMBER_RE = re.compile(f"^{_piece('number')}$")
 _YEAR_RE = re.compile(f"^{_piece('year')}$")
+_ANY_DIGIT = re.compile(r"\d")
 _WORD_PIECE = re.compile(r"^(?:[a-z]+|[A-Z][a-z]+|[A-Z]+)$")
 _WORD_SPLIT = re.compile(r"[_\-\s./]+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z])(?=[A-Z])")
@@ -117,7 +118,7 @@ def is_plain_number(value: str) -> bool:
 def is_word(value: str) -> bool:
     """English-like words and word compounds (``hello``, ``user_name``, ``getUserName``,
     ``README``): only letters, every piece lower, Capitalised or ALLCAPS."""
-    if not value or any(c.isdigit() for c in value):
+    if not value or _ANY_DIGIT.search(value) is not None:
         return False
     pieces = [p for p in _WORD_SPLIT.split(value) if p]
     if not pieces:

@@ -85,6 +85,8 @@ def trim_value(value: str, start: int, end: int) -> tuple[str, int, int]:
     """Strip trailing sentence punctuation and quotes (and unbalanced closing brackets)
     from a match, returning the new value and offsets. ``(`` … ``)`` pairs inside the
     value are kept (``arn:…(foo)``, ``[0]`` in terraform addresses)."""
+    if value and value[-1] not in _TRAIL and value[0] not in _LEAD:
+        return value, start, end
     while value and value[-1] in _TRAIL:
         ch = value[-1]
         if ch == ")" and value.count("(") >= value.count(")"):
@@ -326,10 +328,9 @@ def find_altered_in_text(a_norm: str, kind: str, text: str) -> str | None:
         comps = a_norm.strip("/").split("/")
         for i in range(1, len(comps)):
             tail = "/".join(comps[i:])
-            if "/" not in tail and i != len(comps) - 1:
-                continue
-            m = re.search(r"(?<![\w/.-])" + re.escape(tail) + r"(?![\w/-])", text)
-            if m and (i < len(comps) - 1 or "." in tail):
-                return m.group(0)
+            hit = re.search(r"(?<![\w/.-])" + re.escape(tail) + r"(?![\w/-])", text)
+            # a relative tail, or the bare file name when it has an extension
+            if hit and (i < len(comps) - 1 or "." in tail):
+                return hit.group(0)
         return None
     return None

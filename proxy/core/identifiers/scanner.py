@@ -10,7 +10,8 @@ Instead (all shared per text and computed lazily, once):
   of them occurs (or the producing command carries it).
 - **Positions**: hits of the present anchors/tokens (word hits are boundary-checked),
   runs from a named character-run ``prefilter`` (``hex``: 7+ hex digits; ``alnum26``;
-  ``underscore8``: ``_`` followed by 8+ alphanumerics) found with ``str.translate`` and
+  ``underscore8``: ``_`` followed by 8+ alphanumerics; ``digit4``: 4+ digits) found with
+  ``bytes.translate`` and
   substring search, and windows around context keywords.
 - **Matching**: at each hit the rule's pattern is matched where the identifier must start
   — at the hit (``reach[0] == 0``), at the left end of the run of ``expand`` characters
@@ -75,6 +76,7 @@ _ALNUM = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _HEX_T = _table("0123456789abcdefABCDEF")
 _ALNUM_T = _table(_ALNUM)
 _US_ALNUM_T = _table(_ALNUM, "_")
+_DIGIT_T = _table("0123456789")
 
 
 def _runs(ab: bytes, table: bytes, min_len: int, lead: bool = False) -> list[Window]:
@@ -99,6 +101,7 @@ PREFILTERS: dict[str, Callable[[bytes], list[Window]]] = {
     "hex": lambda ab: _runs(ab, _HEX_T, 7),
     "alnum26": lambda ab: _runs(ab, _ALNUM_T, 26),
     "underscore8": lambda ab: _runs(ab, _US_ALNUM_T, 8, lead=True),
+    "digit4": lambda ab: _runs(ab, _DIGIT_T, 4),
 }
 
 

@@ -229,6 +229,14 @@ def not_all_digits(v: str) -> bool:
     return not v.isdigit()
 
 
+_UUID_SHAPE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def not_uuid(v: str) -> bool:
+    """Not UUID-shaped (the ``uuid`` rule owns those; lets fallbacks reject them early)."""
+    return _UUID_SHAPE.match(v) is None
+
+
 #: Every validator by name (rule files refer to these names).
 VALIDATORS: Mapping[str, Validator] = {
     "has_digit_and_letter": has_digit_and_letter,
@@ -243,4 +251,5 @@ VALIDATORS: Mapping[str, Validator] = {
     "stripe_body": stripe_body,
     "secret_value": secret_value,
     "not_all_digits": not_all_digits,
+    "not_uuid": not_uuid,
 }
