@@ -99,7 +99,9 @@ class Rule:
     id: str
     kind: str
     pattern: Pattern
-    group: str | int
+    #: The capture group holding the value (or several alternatives: the first that
+    #: participates in the match).
+    group: str | int | tuple[str, ...]
     anchors: tuple[str, ...]
     context_required: re.Pattern[str] | None
     context_boost: re.Pattern[str] | None
@@ -298,14 +300,16 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         rx = _engine.compile(pat, flags)
     except re.error as e:
         raise CatalogError(f"{where}: bad pattern: {e}") from None
-    group: str | int
+    group: str | int | tuple[str, ...]
     g = raw.get("group")
     if g is None:
         group = "id" if "id" in rx.groupindex else 0
     elif isinstance(g, int) or (isinstance(g, str) and g in rx.groupindex):
         group = g
+    elif isinstance(g, list) and g and all(isinstance(x, str) and x in rx.groupindex for x in g):
+        group = tuple(g)
     else:
-        raise CatalogError(f"{where}: group {g!r} is not a group of the pattern")
+        raise CatalogError(f"{where}: group {g!r} is not a group (or list of groups) of the pattern")
     ctx = raw.get("context") or {}
     if not isinstance(ctx, dict):
         raise CatalogError(f"{where}: 'context' must be a mapping")

@@ -444,7 +444,14 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
         ctx_checks = 0
         grp = rule.group
         for m in _rule_matches(rule, ix, src_low, src_ctx):
-            s, e = m.span(grp)
+            if isinstance(grp, tuple):
+                s = e = -1
+                for g in grp:
+                    s, e = m.span(g)
+                    if s >= 0:
+                        break
+            else:
+                s, e = m.span(grp)
             if s < 0 or e <= s:
                 continue
             if rule.boundary is not None and not _boundary_ok(rule, text, m.start()):
