@@ -28,6 +28,21 @@ A rule (gitleaks / Nosey Parker style) is data::
       negative_examples:             # must not yield this kind
         - "build 1234567 passed"
 
+Speed fields (see :mod:`.scanner`; all are necessary conditions of a match, so they never
+change what a rule finds, only how fast):
+
+- ``tokens``: whole words (snake/kebab/camel pieces, lower case) one of which must occur;
+  the match starts at the word unless ``reach[0] > 0``.
+- ``anchors``: substrings one of which must occur (``"://"``, ``"sk-ant-"``).
+- ``prefilter`` (``hex``, ``alnum26``, ``underscore8``, ``digit4``) with ``run_len``:
+  the match starts at (or near) a run of such characters of that length.
+- ``expand``: a character class; the match may start before the anchor, at the left end
+  of the run of these characters (``[\\w.-]`` before the ``/`` of a path).
+- ``reach: [before, after]``: how far a match may start before / extend after a hit.
+- ``boundary``: ``word`` (no alphanumeric before the match) or ``camel`` (also ``fooId``).
+- ``group`` may list several groups (alternatives): the first that participates.
+- ``max_len``: upper bound of a value's length (window sizes).
+
 Context keywords match at word starts; a keyword matches its plural/past forms
 (``commit`` → ``commits``); a trailing ``*`` makes it a prefix (``migrat*``).
 
