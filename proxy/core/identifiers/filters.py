@@ -170,6 +170,8 @@ _PLACEHOLDER_WORDS = re.compile(
 )
 _SEQUENCES = ("0123456789abcdefghijklmnopqrstuvwxyz0123456789", "9876543210fedcba9876543210")
 _SEP_RE = re.compile(r"[-_:./]")
+#: documentation-style ids: abc123, xyz-456, sess-789, foo_42, my-id-001
+_DOC_SHAPE = re.compile(r"^(?:[a-z]{1,5}[-_]){0,2}(?:abc|xyz|foo|bar|baz|test|demo|sample|sess|my|some|fake|mock)?[-_]?(?:123|1234|12345|123456|456|789|000|0000|001|0001|42|99|999)$")
 _TYPE_PREFIX = re.compile(r"^[a-z]{1,6}\d{0,3}(?=[-_:])[-_:]")
 
 
@@ -195,7 +197,7 @@ def is_placeholder(value: str) -> bool:
     ``123e4567-e89b-…``, ``i-1234567890abcdef0``), hexspeak (``deadbeef``), template
     markers (``<id>``, ``${X}``, ``xxxx``)."""
     low = value.lower()
-    if low in _PLACEHOLDER_LITERALS or _PLACEHOLDER_WORDS.search(low):
+    if low in _PLACEHOLDER_LITERALS or _PLACEHOLDER_WORDS.search(low) or _DOC_SHAPE.match(low):
         return True
     core = _SEP_RE.sub("", low)
     distinct = len(set(core))

@@ -178,6 +178,9 @@ def path_shape(v: str) -> bool:
     return comps[0] in _KNOWN_DIRS and len(comps) >= 2
 
 
+_FILE_EXT = re.compile(r"\.(?:py|pyi|js|jsx|ts|tsx|go|rs|java|kt|rb|php|c|cc|cpp|h|hpp|cs|swift|scala|sh|md|txt|rst|json|ya?ml|toml|ini|cfg|html|css|sql|lock|log)$")
+
+
 def image_ref(v: str) -> bool:
     """``repo:tag`` image references: the repository has a letter; the tag has a digit, or
     is ``latest``, or the repository is namespaced (``org/app``)."""
@@ -192,6 +195,8 @@ def image_ref(v: str) -> bool:
         return False
     if tag.isdigit() and len(tag) >= 4 and "/" not in repo:
         return False  # host:port
+    if tag.isdigit() and _FILE_EXT.search(repo):
+        return False  # file.py:12 (a file and line)
     return any(c.isdigit() for c in tag) or tag == "latest" or "/" in repo
 
 
