@@ -503,6 +503,7 @@ class Catalog:
                 h.update(repr((a.literal, a.regex.pattern if a.regex else None)).encode())
             object.__setattr__(self, "fingerprint", h.hexdigest())
         object.__setattr__(self, "_by_id", {r.id: r for r in self.rules})
+        object.__setattr__(self, "_scan_order", tuple(sorted(self.rules, key=lambda r: -r.priority)))
 
     # -- construction
 
@@ -553,6 +554,12 @@ class Catalog:
     def get(self, rule_id: str) -> Rule | None:
         by_id: dict[str, Rule] = getattr(self, "_by_id")
         return by_id.get(rule_id)
+
+    @property
+    def scan_order(self) -> tuple[Rule, ...]:
+        """Rules by descending priority (the scanner's order)."""
+        order: tuple[Rule, ...] = getattr(self, "_scan_order")
+        return order
 
     @property
     def kinds(self) -> frozenset[str]:

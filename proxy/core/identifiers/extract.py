@@ -2,28 +2,30 @@
 
 Pipeline for one text (:func:`scan_text`):
 
-1. **Prefilter**: a rule runs only if one of its literal ``anchors`` occurs in the
-   lower-cased text or in the source context (tool name + command line); rules whose
-   required context is text-scoped are skipped when the keyword is absent.
-2. **Find**: each rule's compiled pattern (``finditer``); the value is its ``id`` group,
-   trimmed of trailing punctuation and quotes.
-3. **Exclude**: required context keywords near the match (or in the producing command),
-   the rule's validators, its filters, the catalog allowlist.
-4. **Resolve overlaps**: higher ``priority`` wins, then the longer match; a locator rule
+1. **Find** (:mod:`.scanner`): every rule of the catalog, gated and positioned by cheap
+   shared prefilters (words, substrings, character runs) so that no pattern is tried at
+   every position of a large text; values are the rule's value group, trimmed of
+   trailing punctuation and quotes.
+2. **Exclude**: required context keywords near the match (or in the producing command /
+   tool name), the rule's validators, its filters.
+3. **Resolve overlaps**: higher ``priority`` wins, then the longer match; a locator rule
    (``nests: true``: paths, URLs, S3 URIs) may strictly contain more specific matches and
    both are kept (a composite such as a Kafka topic-partition-offset, a GTID or an ARN
    swallows its parts). A locator containing a secret becomes sensitive.
-5. **Normalise** (:func:`.normalize.normalize`, or the rule's ``norm`` template) and cut
-   a one-line context snippet with every secret in it redacted.
+4. **Allowlist**, then **normalise** (:func:`.normalize.normalize`, or the rule's
+   ``norm`` template) and cut a one-line context snippet with every secret redacted.
 
 :func:`extract_snapshot` scans the system prompt, every textual part and the tool
 definitions, links each tool result to its call (by ``tool_call_id``, else the nearest
 preceding unanswered call with the same tool name, else the oldest unanswered call), and
-applies :func:`.regen.mark_regenerability` (including read-before-write).
+applies :func:`.regen.mark_regenerability` (source rule, read-before-write, overrides).
 
-Scans are cached (LRU) by (message digest, part index, source context, catalog
-fingerprint), so every message is scanned once across requests; offsets are within the
-part text, and message indices are re-bound on every call.
+Scans are cached (LRU, :class:`ScanCache`) by (message digest, part index, source context,
+catalog fingerprint), so every message is scanned once across requests; offsets are
+within the part text and message indices are re-bound on every call.
+
+Cost: 200 KB of tool output takes ~15–45 ms on one core depending on identifier density
+(see tests/core/identifiers/test_ident_perf.py); a cached part costs microseconds.
 """
 
 from __future__ import annotations

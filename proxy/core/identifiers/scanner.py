@@ -429,7 +429,10 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
     src_low = src_ctx.lower()
     out: list[Cand] = []
     verdicts: dict[tuple[str, str], bool] = {}  # (rule id, value) -> validators and filters pass
-    for rule in catalog.rules:
+    # spans already claimed by a higher-priority, non-nesting candidate: a lower-priority
+    # non-nesting candidate with the very same span always loses, so skip its validation
+    claimed: set[tuple[int, int]] = set()
+    for rule in catalog.scan_order:
         if rule.scope == "text" and rule.context_required is not None:
             if not (any(ix.has(k, w) for k, w in rule.context_literals) or rule.context_required.search(src_ctx)):
                 continue
@@ -475,6 +478,8 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
                         continue
                 elif not _context_ok(rule, text, s, e, ""):
                     continue
+            if not rule.nests and (s, e) in claimed:
+                continue
             key = (rule.id, value)
             ok = verdicts.get(key)
             if ok is None:
@@ -491,4 +496,6 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
             if rule.norm is not None:
                 groups = {k: (v or "") for k, v in m.groupdict().items()}
             out.append(Cand(rule, s, e, value, groups))
+            if not rule.nests:
+                claimed.add((s, e))
     return out
