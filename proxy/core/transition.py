@@ -438,7 +438,9 @@ def _classify_general(
         else:
             components.add("reset")
             reasons.append("nothing shared with the previous history")
-    elif not blocks and not repacked and not summary and not changed:
+    elif not blocks and not repacked and not summary and not changed and len(new_msgs) > 0:
+        # Nothing shared, and new content that does not restate the old: a new task. (With
+        # no new message at all the whole history was cut: a truncation, not a new task.)
         components.add("reset")
         reasons.append("nothing shared with the previous history")
     if inserted:

@@ -270,3 +270,8 @@ def test_mask_and_truncation_styles_have_no_summary(style: str) -> None:
     c = compact(build_task("refactor", seed=5, filler=2), style)
     t = classify(*c.snapshots("openai"), M)
     assert not t.summary
+
+
+def test_cutting_everything_is_a_truncation_not_a_new_task() -> None:
+    t = classify(body(BASE), body([]), NO_MARKERS)
+    assert t.kind == "truncate" and t.lost == tuple(range(len(BASE)))
