@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Lines the corpus test leaves for the terminal summary.
-REPORT: list[str] = []
+#: Attribute of the pytest config where the corpus test leaves its report lines.
+REPORT_ATTR = "compaction_gate_corpus_report"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if REPORT:
+    lines = getattr(terminalreporter.config, REPORT_ATTR, None)
+    if lines:
         terminalreporter.section("compaction-gate corpus")
-        for line in REPORT:
+        for line in lines:
             terminalreporter.write_line(line)

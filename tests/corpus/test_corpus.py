@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
+import pytest
+
 from proxy.core.analysis import analyze
 from proxy.core.markers import default_markers
 from proxy.core.messages import from_any
-from tests.corpus import conftest
 from tests.corpus.generate import generate
 from tests.support.conversations import TASKS
 
@@ -22,7 +23,7 @@ def names(planted: str, reported: str) -> bool:
     return planted == reported or re.search(r"(?<![\w.])" + re.escape(planted) + r"(?![\w])", reported) is not None
 
 
-def test_corpus_recall_and_precision() -> None:
+def test_corpus_recall_and_precision(pytestconfig: pytest.Config) -> None:
     cases = generate(N_CASES)
     markers = default_markers()
     assert len(cases) >= 200 and {c.task for c in cases} == set(TASKS)
@@ -72,7 +73,7 @@ def test_corpus_recall_and_precision() -> None:
         t = per_task[task]
         lines.append(f"  {task:<10} {t['cases']:>3} cases  {t['found']:>3}/{t['dropped']:<3} found  {t['false_alarms']} false alarms")
     lines += [f"  MISSED {m}" for m in misses[:20]] + [f"  FALSE ALARM {f}" for f in false_alarms[:20]]
-    conftest.REPORT[:] = lines
+    setattr(pytestconfig, "compaction_gate_corpus_report", lines)  # noqa: B010 - read by conftest.py
     print("\n" + "\n".join(lines))
 
     assert dropped_total > 100 and tp > 50 and tn > 50
