@@ -207,8 +207,10 @@ def _openai_chat_message(raw: Any) -> tuple[str, Message]:
         text = "\n".join(p.text for p in body if p.kind == "text")
         return "msg", make_message("tool", (Part("tool_result", text, tool_call_id=raw.get("tool_call_id")),))
     if role == "function":  # legacy function-calling result
-        text = raw.get("content") if isinstance(raw.get("content"), str) else ""
-        return "msg", make_message("tool", (Part("tool_result", text or "", tool_name=name),))
+        legacy = raw.get("content")
+        return "msg", make_message(
+            "tool", (Part("tool_result", legacy if isinstance(legacy, str) else "", tool_name=name),)
+        )
     raise MessageFormatError(f"unknown message role {role!r}")
 
 
@@ -217,7 +219,8 @@ def _openai_tools(tools: Any) -> tuple[ToolDef, ...]:
     for t in tools or ():
         if not isinstance(t, Mapping):
             continue
-        fn = t.get("function") if isinstance(t.get("function"), Mapping) else t
+        inner = t.get("function")
+        fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else t
         out.append(
             ToolDef(
                 name=str(fn.get("name", t.get("type", ""))),
