@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -94,7 +95,11 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str) -> None:
         if kind == "fake":
             from tests.support.fake_upstream import FakeUpstream, Reply
 
-            fake = FakeUpstream(lambda call: Reply(text="ok, continuing."))
+            def reply(call: Any) -> Reply:
+                fake.requests.clear()  # the fake records every request: keep its memory flat
+                return Reply(text="ok, continuing.")
+
+            fake = FakeUpstream(reply)
             await fake.start()
             q.put(fake.url)
         elif kind == "bare":
@@ -140,6 +145,11 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str) -> None:
             app = create_app(config, interceptor)
             server = await start_server(app, "127.0.0.1", 0)
             q.put(server.url)
+        if kind in ("fake", "bare"):
+            # harness processes: keep the cyclic GC out of the way (the gate processes run
+            # exactly as the product does)
+            gc.collect()
+            gc.freeze()
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -155,44 +165,70 @@ def start(kind: str, upstream: str, state_dir: str) -> tuple[mp.Process, str]:
 # --------------------------------------------------------------------------- client
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time consumed so far by every thread of process ``pid`` (Linux: the sum of
+    ``/proc/PID/task/*/schedstat``, nanosecond resolution; else ``/proc/PID/stat``)."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_all(targets: dict[str, str], size: int, agents: int, requests: int, warmup: int,
-                  seed: int) -> dict[str, tuple[list[float], float]]:
+                  seed: int, pids: dict[str, int] | None = None) -> dict[str, tuple[list[float], float, float]]:
     """Every target gets its own population of agents (same seeds, same histories).
     Requests are interleaved: in each round every target, in a shuffled order, gets one
     request from each of its agents (concurrently), so load from anything else on the
-    machine hits all targets alike. Returns per target the measured latencies (s) and
-    the time spent serving them (for requests/s)."""
+    machine hits all targets alike. Bodies are serialised before a round is timed.
+    Returns per target the measured latencies (s), the time spent serving them (for
+    requests/s) and, for targets in ``pids``, the server process's CPU seconds per
+    measured request (all its threads; warm-up rounds excluded)."""
     pops = {name: [Agent(seed * 1000 + a, size) for a in range(agents)] for name in targets}
     lat: dict[str, list[float]] = {name: [] for name in targets}
     busy: dict[str, float] = {name: 0.0 for name in targets}
+    cpu0: dict[str, float] = {}
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     rng = random.Random(seed)
     conn = aiohttp.TCPConnector(limit=agents * 2 * len(targets))
-    async with aiohttp.ClientSession(connector=conn) as s:
+    gc.collect()
+    gc.disable()  # the client's own GC pauses would land on whichever request is in flight
+    try:
+        async with aiohttp.ClientSession(connector=conn) as s:
 
-        async def one(url: str, agent: Agent) -> float:
-            body = agent.next_body()
-            t0 = time.perf_counter()
-            async with s.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
-                data = await r.read()
-                if r.status != 200:
-                    raise RuntimeError(f"{url}: HTTP {r.status}: {data[:200]!r}")
-            dt = time.perf_counter() - t0
-            reply = json.loads(data)["choices"][0]["message"]
-            agent.messages.append({"role": "assistant", "content": reply["content"]})
-            agent.messages.append({"role": "user", "content": "continue"})
-            return dt
-
-        for k in range(warmup + requests):
-            order = list(targets)
-            rng.shuffle(order)
-            for name in order:
+            async def one(url: str, agent: Agent, body: bytes) -> float:
                 t0 = time.perf_counter()
-                dts = await asyncio.gather(*[one(targets[name], a) for a in pops[name]])
-                if k >= warmup:
-                    busy[name] += time.perf_counter() - t0
-                    lat[name].extend(dts)
-    return {name: (lat[name], busy[name]) for name in targets}
+                async with s.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+                    data = await r.read()
+                    if r.status != 200:
+                        raise RuntimeError(f"{url}: HTTP {r.status}: {data[:200]!r}")
+                dt = time.perf_counter() - t0
+                reply = json.loads(data)["choices"][0]["message"]
+                agent.messages.append({"role": "assistant", "content": reply["content"]})
+                agent.messages.append({"role": "user", "content": "continue"})
+                return dt
+
+            for k in range(warmup + requests):
+                if k == warmup:
+                    cpu0 = {name: cpu_seconds(pid) for name, pid in (pids or {}).items()}
+                order = list(targets)
+                rng.shuffle(order)
+                for name in order:
+                    bodies = [a.next_body() for a in pops[name]]
+                    t0 = time.perf_counter()
+                    dts = await asyncio.gather(*[one(targets[name], a, b) for a, b in zip(pops[name], bodies)])
+                    if k >= warmup:
+                        busy[name] += time.perf_counter() - t0
+                        lat[name].extend(dts)
+            cpu = {name: (cpu_seconds(pid) - cpu0[name]) / (requests * agents) for name, pid in (pids or {}).items()}
+    finally:
+        gc.enable()
+    return {name: (lat[name], busy[name], cpu.get(name, float("nan"))) for name in targets}
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -203,44 +239,53 @@ def pct(xs: list[float], p: float) -> float:
 # --------------------------------------------------------------------------- tracker CPU cost
 
 
-def tracker_cost(size: int, requests: int = 50, agents: int = 4) -> float:
-    """Mean CPU seconds of tracker work per request (``observe`` plus reply recording)
-    for ``agents`` interleaved agents whose histories are ``size`` messages; in-process,
-    memory store, no network. Bodies are parsed up front: the server's parse is not the
-    tracker's cost."""
+def tracker_cost(size: int, requests: int = 50, agents: int = 4) -> tuple[float, float]:
+    """Mean CPU seconds per request, in-process (memory store, no network), for
+    ``agents`` interleaved agents whose histories are ``size`` messages: ``(parse,
+    track)`` — the server's body parse (:data:`proxy.server.forward.BODY_CACHE`'s kind
+    of incremental parse, as the server does it) and the tracker's work (``observe`` plus
+    reply recording)."""
+    from proxy.core.jsonbody import BodyCache
     from proxy.gate.tracker import Tracker
     from proxy.server.hooks import Exchange
     from proxy.state import MemoryStore
 
-    async def main() -> float:
+    async def main() -> tuple[float, float]:
         tr = Tracker(MemoryStore())
         await tr.start()
         await tr.warm(["gpt-4o"])
+        bodies = BodyCache()
         pop = [Agent(7 + a, size) for a in range(agents)]
         reply = json.dumps({"model": "gpt-4o", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}).encode()
-        exchanges = []
-        for _ in range(requests + 3):
-            for agent in pop:
-                raw = agent.next_body()
-                exchanges.append(Exchange("POST", "/v1/chat/completions", "", "openai", "chat", {}, "tenant", raw,
-                                          json.loads(raw), False, "gpt-4o"))
-                agent.messages.append({"role": "assistant", "content": "ok"})
-        total = 0.0
-        for k, ex in enumerate(exchanges):
+        parse = track = 0.0
+        for k in range((requests + 3) * agents):
+            agent = pop[k % agents]
+            raw = agent.next_body()
+            agent.messages.append({"role": "assistant", "content": "ok"})
             t0 = time.thread_time()  # CPU time: robust to other load on the machine
+            parsed = bodies.loads(raw, "tenant")
+            t1 = time.thread_time()
+            ex = Exchange("POST", "/v1/chat/completions", "", "openai", "chat", {}, "tenant", raw,
+                          parsed, False, "gpt-4o")
             obs = await tr.observe(ex)
             assert obs is not None
             tr.tap(obs).feed_json(200, reply)
-            dt = time.thread_time() - t0
+            t2 = time.thread_time()
             if k >= 3 * agents:  # the first request of each agent is a new conversation
-                total += dt
+                parse += t1 - t0
+                track += t2 - t1
         await tr.close()
-        return total / (requests * agents)
+        n = requests * agents
+        return parse / n, track / n
 
     return asyncio.run(main())
 
 
 # --------------------------------------------------------------------------- main
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("inf")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,56 +294,81 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=40, help="measured requests per agent and size (default 40)")
     ap.add_argument("--warmup", type=int, default=3, help="unmeasured requests per agent first (default 3)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000], help="history sizes (default 100 1000)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="repeat the interleaved run per size; figures are medians over repeats (default 1)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
 
     mp.set_start_method("spawn", force=True)
     state_dir = tempfile.mkdtemp(prefix="cg-bench-")
-    procs: list[mp.Process] = []
+    procs: dict[str, mp.Process] = {}
+    med = statistics.median
     try:
         p, fake = start("fake", "", state_dir)
-        procs.append(p)
+        procs["direct"] = p
         p, bare = start("bare", fake, state_dir)
-        procs.append(p)
+        procs["bare"] = p
         p, gate = start("gate", fake, state_dir)
-        procs.append(p)
+        procs["gate"] = p
         p, noop = start("gate-off", fake, state_dir)
-        procs.append(p)
+        procs["gate-off"] = p
         targets = {"direct": fake, "bare": bare, "gate-off": noop, "gate": gate}
+        pids = {name: procs[name].pid for name in ("bare", "gate-off", "gate") if procs[name].pid}
         results: dict[int, dict[str, dict[str, float]]] = {}
-        print(f"agents={args.agents} requests/agent={args.requests} (+{args.warmup} warm-up), cpu={os.cpu_count()}")
+        print(f"agents={args.agents} requests/agent={args.requests} (+{args.warmup} warm-up), "
+              f"repeats={args.repeat}, cpu={os.cpu_count()}")
         for size in args.sizes:
-            results[size] = {}
-            runs = asyncio.run(run_all(targets, size, args.agents, args.requests, args.warmup, seed=size))
-            for name, (lat, wall) in runs.items():
-                results[size][name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "rps": len(lat) / wall}
-            d = results[size]["direct"]
-            print(f"\nhistory ~{size} messages")
-            print(f"  {'target':9} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'added p99':>10} {'req/s':>8}")
+            reps: list[dict[str, dict[str, float]]] = []
+            for rep in range(args.repeat):
+                runs = asyncio.run(run_all(targets, size, args.agents, args.requests, args.warmup,
+                                           seed=size * 100 + rep, pids=pids))
+                one: dict[str, dict[str, float]] = {}
+                for name, (lat, wall, cpu) in runs.items():
+                    one[name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "rps": len(lat) / wall, "cpu": cpu}
+                for name in targets:
+                    one[name]["added_p50"] = one[name]["p50"] - one["direct"]["p50"]
+                    one[name]["added_p99"] = one[name]["p99"] - one["direct"]["p99"]
+                reps.append(one)
+            results[size] = {name: {k: med([r[name][k] for r in reps]) for k in reps[0][name]} for name in targets}
+            print(f"\nhistory ~{size} messages" + (f" (medians of {args.repeat} runs)" if args.repeat > 1 else ""))
+            print(f"  {'target':9} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'added p99':>10} {'req/s':>8} "
+                  f"{'CPU ms/req':>11}")
             for name in targets:
                 r = results[size][name]
-                r["added_p50"] = r["p50"] - d["p50"]
-                r["added_p99"] = r["p99"] - d["p99"]
+                cpu = f"{r['cpu'] * 1e3:11.2f}" if name in pids else f"{'-':>11}"
                 print(f"  {name:9} {r['p50'] * 1e3:8.2f} {r['p99'] * 1e3:8.2f} {r['added_p50'] * 1e3:10.2f} "
-                      f"{r['added_p99'] * 1e3:10.2f} {r['rps']:8.1f}")
+                      f"{r['added_p99'] * 1e3:10.2f} {r['rps']:8.1f} {cpu}")
             g, b = results[size]["gate"], results[size]["bare"]
-            ratio = g["added_p50"] / b["added_p50"] if b["added_p50"] > 0 else float("inf")
-            print(f"  gate added p50 / bare added p50 = {ratio:.2f}x")
+            print(f"  gate added p50 / bare added p50 = {_ratio(g['added_p50'], b['added_p50']):.2f}x")
         cost = {size: tracker_cost(size) for size in args.sizes}
-        print("\ntracker CPU per request (observe + reply, in-process):")
+        print("\nin-process CPU per request (no network; parse = the server's incremental body parse, "
+              "track = Tracker.observe + reply):")
         for size in args.sizes:
-            print(f"  ~{size:5} messages: {cost[size] * 1e6:8.1f} us")
-        if len(args.sizes) >= 2:
-            lo, hi = min(args.sizes), max(args.sizes)
-            r_lat = results[hi]["gate"]["added_p50"] / results[lo]["gate"]["added_p50"]
-            r_cpu = cost[hi] / cost[lo]
-            print(f"\nper-request cost {hi} vs {lo} messages: gate added p50 {r_lat:.2f}x, tracker CPU {r_cpu:.2f}x")
+            parse, track = cost[size]
+            print(f"  ~{size:5} messages: parse {parse * 1e6:8.1f} us   track {track * 1e6:8.1f} us")
+        print("\nratios (added = p50 latency through the target minus p50 latency direct to the fake upstream;"
+              "\n        CPU = CPU seconds of the target's server process, all threads, per measured request):")
+        lo = min(args.sizes)
+        gl, bl = results[lo]["gate"], results[lo]["bare"]
+        print(f"  [target 1] at {lo} messages: gate added p50 / bare added p50 = "
+              f"{gl['added_p50'] * 1e3:.2f} / {bl['added_p50'] * 1e3:.2f} ms = {_ratio(gl['added_p50'], bl['added_p50']):.2f}x")
+        for hi in sorted(args.sizes):
+            if hi == lo:
+                continue
+            gh, bh = results[hi]["gate"], results[hi]["bare"]
+            print(f"  [target 2] gate added p50 at {hi} / at {lo} messages = "
+                  f"{gh['added_p50'] * 1e3:.2f} / {gl['added_p50'] * 1e3:.2f} ms = {_ratio(gh['added_p50'], gl['added_p50']):.2f}x")
+            print(f"  [target 2] gate CPU per request at {hi} / at {lo} messages = "
+                  f"{gh['cpu'] * 1e3:.2f} / {gl['cpu'] * 1e3:.2f} ms = {_ratio(gh['cpu'], gl['cpu']):.2f}x")
+            print(f"  (context)  bare added p50 at {hi} / at {lo} = {_ratio(bh['added_p50'], bl['added_p50']):.2f}x;"
+                  f" bare CPU per request {_ratio(bh['cpu'], bl['cpu']):.2f}x;"
+                  f" in-process parse+track CPU {_ratio(sum(cost[hi]), sum(cost[lo])):.2f}x")
         if args.json:
-            print(json.dumps({"latency": results, "tracker_cpu_s": cost}, indent=2))
+            print(json.dumps({"latency": results, "inprocess_cpu_s": cost}, indent=2))
     finally:
-        for p in procs:
+        for p in procs.values():
             p.terminate()
-        for p in procs:
+        for p in procs.values():
             p.join(timeout=5)
     return 0
 

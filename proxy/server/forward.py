@@ -22,6 +22,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import ProxyConfig, Upstream
+from proxy.core.jsonbody import BodyCache
 from proxy.metrics import METRICS_KEY
 from proxy.server.errors import ProxyError, error_response, sse_error_event
 from proxy.server.headers import (
@@ -47,6 +48,11 @@ GATE_HEADERS = (H_CONVERSATION, H_ACTION, H_OVERHEAD)
 UNKNOWN_CONVERSATION = "unknown"
 
 _NO_BODY_STATUSES = frozenset({204, 304})
+#: Recently parsed request bodies per tenant: agents resend their whole history, so a
+#: body is parsed incrementally from the longest byte-identical prefix of a recent one
+#: (exactly ``json.loads``; see :mod:`proxy.core.jsonbody`). One per process, used only
+#: from the event loop.
+BODY_CACHE = BodyCache()
 _JSON_MIME_SUFFIX = "+json"
 
 
@@ -191,7 +197,7 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
         )
     rec.bytes_in = len(body)
 
-    parsed, problem = _parse_body(request, route, body)
+    parsed, problem = _parse_body(request, route, body, rec.tenant)
     if problem is not None:
         return _respond_error(rec, route.dialect, problem)
 
@@ -227,9 +233,10 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
 
 
 def _parse_body(
-    request: web.Request, route: Route, body: bytes
+    request: web.Request, route: Route, body: bytes, tenant: str
 ) -> tuple[Any, ProxyError | None]:
-    """Parse a JSON body; enforce JSON only where the API requires it."""
+    """Parse a JSON body; enforce JSON only where the API requires it. Bodies of the
+    JSON APIs are parsed through :data:`BODY_CACHE` (scoped by tenant)."""
     encoded = request.headers.get("content-encoding", "identity").strip().lower()
     if encoded not in ("", "identity"):
         return None, None  # compressed request body: relay it, do not inspect
@@ -244,7 +251,7 @@ def _parse_body(
                 code="unsupported_content_type",
             )
         try:
-            parsed = json.loads(body)
+            parsed = BODY_CACHE.loads(body, tenant)
         except (ValueError, UnicodeDecodeError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
             return None, ProxyError(

@@ -55,7 +55,10 @@ class Exchange:
     """One client request as the gate sees it (read-only, secret-free).
 
     ``body`` is the exact request body; ``json`` its parsed value when the body is
-    JSON (``None`` otherwise, e.g. GET requests and raw non-JSON routes). ``stream``
+    JSON (``None`` otherwise, e.g. GET requests and raw non-JSON routes). ``json`` is
+    read-only: it is parsed incrementally and shares the parsed messages of earlier
+    requests (:mod:`proxy.core.jsonbody`), so a gate that rewrites the body copies the
+    containers it changes (as :mod:`proxy.core.interventions` does). ``stream``
     is the request's ``"stream": true`` flag; ``model`` its ``"model"`` string.
     ``headers`` are lower-cased and exclude credentials, cookies and hop-by-hop
     headers. ``path`` and ``query`` are percent-decoded (the raw bytes are forwarded

@@ -1,0 +1,327 @@
+"""Incremental parsing of JSON request bodies (pure, no I/O).
+
+Agents resend their whole history on every request, so the body of request *n+1* is,
+byte for byte, the body of request *n* up to the end of its message array, followed by
+a few new messages and the remaining top-level keys. :class:`BodyCache` exploits that:
+the first time a body is parsed it walks the top-level object with the C scanner of
+:mod:`json`, one top-level value and one element of the message array (``messages`` or
+``input``) at a time, recording where each element ends. The next body of the same
+scope is compared with recent ones at those recorded offsets (string slice equality,
+memcmp speed); the longest common prefix that ends on an element boundary is reused —
+the parsed top-level values before the array and the parsed elements — and only the new
+tail and the remaining top-level keys are decoded.
+
+Contract: :meth:`BodyCache.loads` is exactly ``json.loads(raw)`` — the same value (equal,
+same key order) or the same exception. Reuse is sound because JSON parsing is a left to
+right function of the text: two texts with the same prefix are in the same parser state
+at the end of it. A reused element whose token could have continued in the new text (a
+number ``12`` followed by ``3``) is not followed by ``,``/``]`` and makes the walk bail
+out. Anything unusual — not UTF-8, not an object, a syntax error, a small body — goes to
+``json.loads`` itself. The one intended difference: documents nested deeper than the
+interpreter's recursion limit, which ``json.loads`` refuses with ``RecursionError``, may
+parse here (each array element is decoded from depth 0).
+
+Sharing: values reused from a cached body are the *same objects* in every result that
+reuses them (that is what makes them free). Callers must treat results as read-only
+(copy-on-write, as :mod:`proxy.core.interventions` does). Top-level dicts and the message
+list itself are fresh for every call, so ``body["messages"] = [...]`` or
+``list(body["messages"]).append(...)`` are safe; mutating a message dict in place is not.
+
+Not thread-safe: use one cache per event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ARRAY_KEYS", "BodyCache", "ParseStats", "walk"]
+
+#: Top-level keys whose array value is parsed element by element (the message history).
+ARRAY_KEYS: frozenset[str] = frozenset({"messages", "input"})
+
+_ws = re.compile(r"[ \t\n\r]*").match  # json.decoder.WHITESPACE
+_scan_once = json.JSONDecoder().scan_once  # the C scanner with json.loads' defaults
+_scanstring = json.decoder.scanstring
+_detect_encoding = json.detect_encoding
+#: Characters compared around the end of a cached array before the full comparison.
+_PROBE = 64
+
+
+class _Bail(Exception):
+    """The incremental walk met something it does not handle: use ``json.loads``."""
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    """One parsed body: its text and where its array elements end."""
+
+    scope: str
+    text: str
+    head: tuple[tuple[str, Any], ...]  # top-level pairs before the array, in order
+    key: str  # the array's key
+    open: int  # offset just after the array's "["
+    ends: tuple[int, ...]  # end offset (exclusive) of each element
+    items: tuple[Any, ...]  # the parsed elements
+
+    def bound(self, k: int) -> int:
+        """Text offset up to which the first ``k`` elements (and the head) lie."""
+        return self.ends[k - 1] if k else self.open
+
+
+@dataclass
+class ParseStats:
+    """Counters (for tests and benchmarks): bodies parsed incrementally from a cached
+    prefix (``hits``), walked from scratch (``walks``), handed to ``json.loads``
+    (``fallbacks``: small or unusual bodies), and array elements reused/decoded."""
+
+    hits: int = 0
+    walks: int = 0
+    fallbacks: int = 0
+    reused: int = 0
+    decoded: int = 0
+
+
+def _array_rest(s: str, i: int, after_element: bool, ends: list[int], items: list[Any]) -> int:
+    """Parse array elements from ``i`` (just after ``[``, or just after an element),
+    appending to ``items``/``ends``; returns the offset just after ``]``."""
+    i = _ws(s, i).end()
+    c = s[i : i + 1]
+    if c == "]":
+        return i + 1
+    if after_element:
+        if c != ",":
+            raise _Bail
+        i = _ws(s, i + 1).end()
+    while True:
+        try:
+            v, i = _scan_once(s, i)
+        except StopIteration:
+            raise _Bail from None
+        items.append(v)
+        ends.append(i)
+        i = _ws(s, i).end()
+        c = s[i : i + 1]
+        if c == "]":
+            return i + 1
+        if c != ",":
+            raise _Bail
+        i = _ws(s, i + 1).end()
+
+
+def _pair(s: str, i: int) -> tuple[str, int]:
+    """Read ``"key" :`` at ``i``; return the key and the offset of its value."""
+    if s[i : i + 1] != '"':
+        raise _Bail
+    key, i = _scanstring(s, i + 1, True)
+    i = _ws(s, i).end()
+    if s[i : i + 1] != ":":
+        raise _Bail
+    return key, _ws(s, i + 1).end()
+
+
+def _object_rest(s: str, i: int, pairs: list[tuple[str, Any]]) -> None:
+    """After a top-level value ending at ``i``: the remaining pairs up to ``}`` and
+    nothing but whitespace after it."""
+    while True:
+        i = _ws(s, i).end()
+        c = s[i : i + 1]
+        if c == "}":
+            break
+        if c != ",":
+            raise _Bail
+        key, i = _pair(s, _ws(s, i + 1).end())
+        try:
+            v, i = _scan_once(s, i)
+        except StopIteration:
+            raise _Bail from None
+        pairs.append((key, v))
+    if _ws(s, i + 1).end() != len(s):
+        raise _Bail
+
+
+def walk(s: str, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
+    """Parse ``s`` (a JSON object text) from scratch, element by element. Returns the
+    value and, when it has an array under one of :data:`ARRAY_KEYS`, the entry that lets
+    later bodies reuse it. Raises :class:`_Bail` on anything unusual."""
+    i = _ws(s, 0).end()
+    if s[i : i + 1] != "{":
+        raise _Bail
+    i = _ws(s, i + 1).end()
+    if s[i : i + 1] == "}":
+        if _ws(s, i + 1).end() != len(s):
+            raise _Bail
+        return {}, None
+    head: list[tuple[str, Any]] = []
+    while True:
+        key, i = _pair(s, i)
+        if key in ARRAY_KEYS and s[i : i + 1] == "[":
+            start = i + 1
+            ends: list[int] = []
+            items: list[Any] = []
+            i = _array_rest(s, start, False, ends, items)
+            pairs = head + [(key, items)]
+            _object_rest(s, i, pairs)
+            entry = _Entry(scope, s, tuple(head), key, start, tuple(ends), tuple(items))
+            return dict(pairs), entry
+        try:
+            v, i = _scan_once(s, i)
+        except StopIteration:
+            raise _Bail from None
+        head.append((key, v))
+        i = _ws(s, i).end()
+        c = s[i : i + 1]
+        if c == "}":
+            if _ws(s, i + 1).end() != len(s):
+                raise _Bail
+            return dict(head), None
+        if c != ",":
+            raise _Bail
+        i = _ws(s, i + 1).end()
+
+
+def _resume(s: str, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
+    """Parse ``s``, whose text up to ``base.bound(k)`` equals ``base.text``'s."""
+    ends = list(base.ends[:k])
+    items = list(base.items[:k])
+    i = _array_rest(s, base.bound(k), k > 0, ends, items)
+    pairs = list(base.head)
+    pairs.append((base.key, items))
+    _object_rest(s, i, pairs)
+    entry = _Entry(base.scope, s, base.head, base.key, base.open, tuple(ends), tuple(items))
+    return dict(pairs), entry
+
+
+def _reusable(s: str, e: _Entry) -> int:
+    """The largest ``k`` such that ``s`` and ``e.text`` agree up to ``e.bound(k)``;
+    ``-1`` if they differ before the array starts."""
+    t = e.text
+    o = e.open
+    if s[:o] != t[:o]:
+        return -1
+    lo, hi = 0, len(e.ends) + 1  # agree up to bound(lo); disagree up to bound(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        a, b = e.bound(lo), e.bound(mid)
+        if s[a:b] == t[a:b]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _extends(s: str, e: _Entry) -> bool:
+    """Does ``s`` agree with ``e.text`` up to the end of its last element?"""
+    b = e.bound(len(e.ends))
+    if len(s) <= b:
+        return False
+    a = max(0, b - _PROBE)
+    return s[a:b] == e.text[a:b] and s[:a] == e.text[:a]
+
+
+class BodyCache:
+    """Recent parsed bodies per scope (the tenant: bodies are never compared across
+    tenants, so timing reveals nothing about another tenant's requests).
+
+    ``min_size``: smaller bodies go straight to ``json.loads``. ``max_per_scope`` and
+    ``max_chars`` bound the cache (least recently used dropped first); a body that
+    extends a cached one replaces it.
+    """
+
+    def __init__(self, *, min_size: int = 4096, max_per_scope: int = 16, max_chars: int = 64 << 20) -> None:
+        self.min_size = min_size
+        self.max_per_scope = max_per_scope
+        self.max_chars = max_chars
+        self.stats = ParseStats()
+        self._scopes: dict[str, list[_Entry]] = {}  # most recent last
+        self._lru: OrderedDict[int, _Entry] = OrderedDict()
+        self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def clear(self) -> None:
+        self._scopes.clear()
+        self._lru.clear()
+        self._chars = 0
+
+    def loads(self, raw: bytes, scope: str = "") -> Any:
+        """``json.loads(raw)``, reusing the parse of a recent body of ``scope``."""
+        if len(raw) < self.min_size or _detect_encoding(raw) != "utf-8":
+            self.stats.fallbacks += 1
+            return json.loads(raw)
+        try:
+            s = raw.decode("utf-8", "surrogatepass")
+            base, k = self._best(s, scope)
+            if base is not None:
+                value, entry = _resume(s, base, k)
+                self.stats.hits += 1
+                self.stats.reused += k
+                self.stats.decoded += len(entry.ends) - k
+                self._add(entry, replaces=base if k == len(base.ends) else None)
+                return value
+            value, new = walk(s, scope)
+        except Exception:  # _Bail, a syntax error, a too-deep nesting...
+            self.stats.fallbacks += 1
+            return json.loads(raw)  # the canonical value, or the canonical error
+        self.stats.walks += 1
+        if new is not None:
+            self.stats.decoded += len(new.ends)
+            self._add(new)
+        return value
+
+    def _best(self, s: str, scope: str) -> tuple[_Entry | None, int]:
+        entries = self._scopes.get(scope)
+        if not entries:
+            return None, 0
+        best: _Entry | None = None
+        best_k = -1
+        for e in reversed(entries):  # a body extending a cached one: the common case
+            n = len(e.ends)
+            if n > best_k and _extends(s, e):
+                best, best_k = e, n
+        if best is not None:
+            return best, best_k
+        tried = 0
+        for e in reversed(entries):  # edited or forked history: the longest shared prefix
+            if tried >= 2:
+                break
+            if s[: e.bound(1)] != e.text[: e.bound(1)]:
+                continue
+            tried += 1
+            k = _reusable(s, e)
+            if k > best_k:
+                best, best_k = e, k
+        if best is not None:
+            self._lru.move_to_end(id(best))
+        if best is None or best_k < 1:
+            return None, 0
+        return best, best_k
+
+    def _add(self, entry: _Entry, replaces: _Entry | None = None) -> None:
+        if replaces is not None:
+            self._drop(replaces)
+        entries = self._scopes.setdefault(entry.scope, [])
+        entries.append(entry)
+        self._lru[id(entry)] = entry
+        self._chars += len(entry.text)
+        while len(entries) > self.max_per_scope:
+            self._drop(entries[0])
+        while self._chars > self.max_chars and self._lru:
+            self._drop(next(iter(self._lru.values())))
+
+    def _drop(self, entry: _Entry) -> None:
+        if self._lru.pop(id(entry), None) is None:
+            return
+        self._chars -= len(entry.text)
+        entries = self._scopes.get(entry.scope)
+        if entries is not None:
+            try:
+                entries.remove(entry)
+            except ValueError:
+                pass
+            if not entries:
+                del self._scopes[entry.scope]
