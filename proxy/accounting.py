@@ -8,9 +8,13 @@
   recorded beside the estimate by the tracker.
 - Context windows come from litellm's *local* model map (``LITELLM_LOCAL_MODEL_COST_MAP``
   set before the lazy import). ``import litellm`` takes seconds, so it happens only in
-  :meth:`TokenAccounting.warm` (run it in a thread, off the request path). Until a
-  model is warm, :meth:`TokenAccounting.model_info` answers with a provisional info
-  (tiktoken estimate, unknown window) and never blocks.
+  :meth:`TokenAccounting.warm` / :meth:`TokenAccounting.preload_litellm` (run them in a
+  thread, off the request path). Until a model is warm,
+  :meth:`TokenAccounting.model_info` answers with a provisional info (tiktoken
+  estimate, unknown window) and never blocks.
+- The import leaves ~350,000 long-lived objects; right after it they are moved to the
+  cyclic GC's permanent generation (``gc.freeze()``, once per process), or every full
+  collection would traverse them again (100-250 ms pauses on the request path).
 
 Per-message counts are cached by (tokenizer, message digest), so each message is
 tokenised once however many requests repeat it. A message costs its text and tool-call
@@ -20,8 +24,10 @@ system prompt, the tool definitions and :data:`REPLY_OVERHEAD`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -67,10 +73,30 @@ class ModelInfo:
     warm: bool
 
 
+_FREEZE_LOCK = threading.Lock()
+_frozen = False
+
+
+def _freeze_long_lived() -> None:
+    """Collect, then move every live object to the GC's permanent generation (once per
+    process): full collections then traverse only objects created afterwards."""
+    global _frozen
+    with _FREEZE_LOCK:
+        if _frozen:
+            return
+        _frozen = True
+    gc.collect()
+    gc.freeze()
+
+
 def _litellm() -> Any:
     """Import litellm lazily, offline (local model map, no tokenizer downloads)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    fresh = "litellm" not in sys.modules
     import litellm
+
+    if fresh:
+        _freeze_long_lived()
 
     for attr in ("disable_hf_tokenizer_download", "suppress_debug_info"):
         try:
@@ -109,6 +135,25 @@ class TokenAccounting:
         self._text_cache: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._warming: set[str] = set()
+
+    # -- start-up
+
+    def preload(self, encodings: tuple[str, ...] = ("o200k_base", "cl100k_base")) -> None:
+        """Load the tiktoken encodings of the OpenAI families (and of every estimate)
+        ahead of the first request. Blocking: call it from a thread at startup."""
+        for name in encodings:
+            try:
+                get_encoding(name)
+            except Exception as exc:  # pragma: no cover - tiktoken files missing
+                log.warning("token accounting: no tokenizer %s: %s", name, type(exc).__name__)
+
+    def preload_litellm(self) -> None:
+        """Import litellm (model windows, non-OpenAI counters) ahead of the first
+        :meth:`warm`. Blocking for seconds: call it from a daemon thread. Never raises."""
+        try:
+            _litellm()
+        except Exception as exc:
+            log.debug("token accounting: litellm unavailable: %s", type(exc).__name__)
 
     # -- model info
 

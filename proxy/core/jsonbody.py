@@ -9,12 +9,15 @@ the first time a body is parsed it walks the top-level object with the C scanner
 scope is compared with recent ones at those recorded offsets (string slice equality,
 memcmp speed); the longest common prefix that ends on an element boundary is reused —
 the parsed top-level values before the array and the parsed elements — and only the new
-tail and the remaining top-level keys are decoded.
+tail and the remaining top-level keys are decoded. Comparisons are made on the raw bytes
+(``bytes.startswith`` of a ``memoryview``: no copy) and only the tail is decoded from
+UTF-8, so a request costs O(new bytes) Python work plus one memcmp of the shared prefix.
 
 Contract: :meth:`BodyCache.loads` is exactly ``json.loads(raw)`` — the same value (equal,
 same key order) or the same exception. Reuse is sound because JSON parsing is a left to
 right function of the text: two texts with the same prefix are in the same parser state
-at the end of it. A reused element whose token could have continued in the new text (a
+at the end of it (and a prefix ending after an element ends on an ASCII delimiter, so
+decoding the tail on its own yields the same characters). A reused element whose token could have continued in the new text (a
 number ``12`` followed by ``3``) is not followed by ``,``/``]`` and makes the walk bail
 out. Anything unusual — not UTF-8, not an object, a syntax error, a small body — goes to
 ``json.loads`` itself. The one intended difference: documents nested deeper than the
@@ -47,8 +50,6 @@ _ws = re.compile(r"[ \t\n\r]*").match  # json.decoder.WHITESPACE
 _scan_once = json.JSONDecoder().scan_once  # the C scanner with json.loads' defaults
 _scanstring = json.decoder.scanstring
 _detect_encoding = json.detect_encoding
-#: Characters compared around the end of a cached array before the full comparison.
-_PROBE = 64
 
 
 class _Bail(Exception):
@@ -57,18 +58,19 @@ class _Bail(Exception):
 
 @dataclass(slots=True, eq=False)
 class _Entry:
-    """One parsed body: its text and where its array elements end."""
+    """One parsed body: its bytes and where (byte offsets) its array elements end."""
 
     scope: str
-    text: str
+    raw: bytes
+    view: memoryview  # of ``raw``: prefixes to compare without copying
     head: tuple[tuple[str, Any], ...]  # top-level pairs before the array, in order
     key: str  # the array's key
-    open: int  # offset just after the array's "["
-    ends: tuple[int, ...]  # end offset (exclusive) of each element
+    open: int  # byte offset just after the array's "["
+    ends: tuple[int, ...]  # byte offset just after each element
     items: tuple[Any, ...]  # the parsed elements
 
     def bound(self, k: int) -> int:
-        """Text offset up to which the first ``k`` elements (and the head) lie."""
+        """Byte offset up to which the first ``k`` elements (and the head) lie."""
         return self.ends[k - 1] if k else self.open
 
 
@@ -87,7 +89,8 @@ class ParseStats:
 
 def _array_rest(s: str, i: int, after_element: bool, ends: list[int], items: list[Any]) -> int:
     """Parse array elements from ``i`` (just after ``[``, or just after an element),
-    appending to ``items``/``ends``; returns the offset just after ``]``."""
+    appending to ``items``/``ends`` (character offsets); returns the offset just after
+    ``]``."""
     i = _ws(s, i).end()
     c = s[i : i + 1]
     if c == "]":
@@ -143,10 +146,26 @@ def _object_rest(s: str, i: int, pairs: list[tuple[str, Any]]) -> None:
         raise _Bail
 
 
-def walk(s: str, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
-    """Parse ``s`` (a JSON object text) from scratch, element by element. Returns the
-    value and, when it has an array under one of :data:`ARRAY_KEYS`, the entry that lets
-    later bodies reuse it. Raises :class:`_Bail` on anything unusual."""
+def _byte_offsets(s: str, base: int, offsets: list[int], nbytes: int) -> list[int]:
+    """Byte offsets (from ``base``) of increasing character offsets into ``s``, the
+    UTF-8 decoding of ``nbytes`` bytes."""
+    if len(s) == nbytes:  # ASCII: one byte per character
+        return [base + c for c in offsets] if base else offsets
+    out: list[int] = []
+    pos, prev = base, 0
+    for c in offsets:
+        pos += len(s[prev:c].encode("utf-8", "surrogatepass"))
+        prev = c
+        out.append(pos)
+    return out
+
+
+def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
+    """Parse ``raw`` (a UTF-8 JSON object) from scratch, element by element. Returns
+    the value and, when it has an array under one of :data:`ARRAY_KEYS`, the entry that
+    lets later bodies reuse it. Raises :class:`_Bail` on anything unusual (and the
+    decoder's own errors)."""
+    s = raw.decode("utf-8", "surrogatepass")
     i = _ws(s, 0).end()
     if s[i : i + 1] != "{":
         raise _Bail
@@ -165,7 +184,8 @@ def walk(s: str, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
             i = _array_rest(s, start, False, ends, items)
             pairs = head + [(key, items)]
             _object_rest(s, i, pairs)
-            entry = _Entry(scope, s, tuple(head), key, start, tuple(ends), tuple(items))
+            offsets = _byte_offsets(s, 0, [start, *ends], len(raw))
+            entry = _Entry(scope, raw, memoryview(raw), tuple(head), key, offsets[0], tuple(offsets[1:]), tuple(items))
             return dict(pairs), entry
         try:
             v, i = _scan_once(s, i)
@@ -183,43 +203,42 @@ def walk(s: str, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
         i = _ws(s, i + 1).end()
 
 
-def _resume(s: str, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
-    """Parse ``s``, whose text up to ``base.bound(k)`` equals ``base.text``'s."""
-    ends = list(base.ends[:k])
+def _resume(raw: bytes, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
+    """Parse ``raw``, whose bytes up to ``base.bound(k)`` equal ``base.raw``'s: only the
+    rest is decoded."""
+    b = base.bound(k)
+    tail = raw[b:].decode("utf-8", "surrogatepass")
+    ends: list[int] = []
     items = list(base.items[:k])
-    i = _array_rest(s, base.bound(k), k > 0, ends, items)
+    i = _array_rest(tail, 0, k > 0, ends, items)
     pairs = list(base.head)
     pairs.append((base.key, items))
-    _object_rest(s, i, pairs)
-    entry = _Entry(base.scope, s, base.head, base.key, base.open, tuple(ends), tuple(items))
+    _object_rest(tail, i, pairs)
+    new_ends = base.ends[:k] + tuple(_byte_offsets(tail, b, ends, len(raw) - b))
+    entry = _Entry(base.scope, raw, memoryview(raw), base.head, base.key, base.open, new_ends, tuple(items))
     return dict(pairs), entry
 
 
-def _reusable(s: str, e: _Entry) -> int:
-    """The largest ``k`` such that ``s`` and ``e.text`` agree up to ``e.bound(k)``;
+def _reusable(raw: bytes, e: _Entry) -> int:
+    """The largest ``k`` such that ``raw`` and ``e.raw`` agree up to ``e.bound(k)``;
     ``-1`` if they differ before the array starts."""
-    t = e.text
-    o = e.open
-    if s[:o] != t[:o]:
+    if not raw.startswith(e.view[: e.open]):
         return -1
     lo, hi = 0, len(e.ends) + 1  # agree up to bound(lo); disagree up to bound(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         a, b = e.bound(lo), e.bound(mid)
-        if s[a:b] == t[a:b]:
+        if raw.startswith(e.view[a:b], a):
             lo = mid
         else:
             hi = mid
     return lo
 
 
-def _extends(s: str, e: _Entry) -> bool:
-    """Does ``s`` agree with ``e.text`` up to the end of its last element?"""
+def _extends(raw: bytes, e: _Entry) -> bool:
+    """Does ``raw`` agree with ``e.raw`` up to the end of its last element?"""
     b = e.bound(len(e.ends))
-    if len(s) <= b:
-        return False
-    a = max(0, b - _PROBE)
-    return s[a:b] == e.text[a:b] and s[:a] == e.text[:a]
+    return len(raw) > b and raw.startswith(e.view[:b])
 
 
 class BodyCache:
@@ -227,18 +246,18 @@ class BodyCache:
     tenants, so timing reveals nothing about another tenant's requests).
 
     ``min_size``: smaller bodies go straight to ``json.loads``. ``max_per_scope`` and
-    ``max_chars`` bound the cache (least recently used dropped first); a body that
+    ``max_bytes`` bound the cache (least recently used dropped first); a body that
     extends a cached one replaces it.
     """
 
-    def __init__(self, *, min_size: int = 4096, max_per_scope: int = 16, max_chars: int = 64 << 20) -> None:
+    def __init__(self, *, min_size: int = 4096, max_per_scope: int = 16, max_bytes: int = 64 << 20) -> None:
         self.min_size = min_size
         self.max_per_scope = max_per_scope
-        self.max_chars = max_chars
+        self.max_bytes = max_bytes
         self.stats = ParseStats()
         self._scopes: dict[str, list[_Entry]] = {}  # most recent last
         self._lru: OrderedDict[int, _Entry] = OrderedDict()
-        self._chars = 0
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -246,24 +265,23 @@ class BodyCache:
     def clear(self) -> None:
         self._scopes.clear()
         self._lru.clear()
-        self._chars = 0
+        self._bytes = 0
 
     def loads(self, raw: bytes, scope: str = "") -> Any:
         """``json.loads(raw)``, reusing the parse of a recent body of ``scope``."""
-        if len(raw) < self.min_size or _detect_encoding(raw) != "utf-8":
+        if len(raw) < self.min_size or type(raw) is not bytes or _detect_encoding(raw) != "utf-8":
             self.stats.fallbacks += 1
             return json.loads(raw)
         try:
-            s = raw.decode("utf-8", "surrogatepass")
-            base, k = self._best(s, scope)
+            base, k = self._best(raw, scope)
             if base is not None:
-                value, entry = _resume(s, base, k)
+                value, entry = _resume(raw, base, k)
                 self.stats.hits += 1
                 self.stats.reused += k
                 self.stats.decoded += len(entry.ends) - k
                 self._add(entry, replaces=base if k == len(base.ends) else None)
                 return value
-            value, new = walk(s, scope)
+            value, new = walk(raw, scope)
         except Exception:  # _Bail, a syntax error, a too-deep nesting...
             self.stats.fallbacks += 1
             return json.loads(raw)  # the canonical value, or the canonical error
@@ -273,7 +291,7 @@ class BodyCache:
             self._add(new)
         return value
 
-    def _best(self, s: str, scope: str) -> tuple[_Entry | None, int]:
+    def _best(self, raw: bytes, scope: str) -> tuple[_Entry | None, int]:
         entries = self._scopes.get(scope)
         if not entries:
             return None, 0
@@ -281,7 +299,7 @@ class BodyCache:
         best_k = -1
         for e in reversed(entries):  # a body extending a cached one: the common case
             n = len(e.ends)
-            if n > best_k and _extends(s, e):
+            if n > best_k and _extends(raw, e):
                 best, best_k = e, n
         if best is not None:
             return best, best_k
@@ -289,16 +307,15 @@ class BodyCache:
         for e in reversed(entries):  # edited or forked history: the longest shared prefix
             if tried >= 2:
                 break
-            if s[: e.bound(1)] != e.text[: e.bound(1)]:
+            if not raw.startswith(e.view[: e.bound(1)]):
                 continue
             tried += 1
-            k = _reusable(s, e)
+            k = _reusable(raw, e)
             if k > best_k:
                 best, best_k = e, k
-        if best is not None:
-            self._lru.move_to_end(id(best))
         if best is None or best_k < 1:
             return None, 0
+        self._lru.move_to_end(id(best))
         return best, best_k
 
     def _add(self, entry: _Entry, replaces: _Entry | None = None) -> None:
@@ -307,16 +324,16 @@ class BodyCache:
         entries = self._scopes.setdefault(entry.scope, [])
         entries.append(entry)
         self._lru[id(entry)] = entry
-        self._chars += len(entry.text)
+        self._bytes += len(entry.raw)
         while len(entries) > self.max_per_scope:
             self._drop(entries[0])
-        while self._chars > self.max_chars and self._lru:
+        while self._bytes > self.max_bytes and self._lru:
             self._drop(next(iter(self._lru.values())))
 
     def _drop(self, entry: _Entry) -> None:
         if self._lru.pop(id(entry), None) is None:
             return
-        self._chars -= len(entry.text)
+        self._bytes -= len(entry.raw)
         entries = self._scopes.get(entry.scope)
         if entries is not None:
             try:

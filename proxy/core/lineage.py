@@ -364,10 +364,20 @@ def _kept_tail(h: History, r: tuple[str, ...], start: int) -> tuple[int, int]:
     return best_k, best_j
 
 
+def _extends(r: tuple[str, ...], h: History) -> bool:
+    """Does ``r`` start with the known history's last request? (Ends first: a cheap
+    rejection of other conversations before the C-level slice comparison.)"""
+    L = h.request_len
+    hd = h.digests
+    if len(r) < L:
+        return False
+    return L == 0 or (r[0] == hd[0] and r[L - 1] == hd[L - 1] and r[:L] == hd[:L])
+
+
 def _evaluate(h: History, probe: Probe) -> Match:
     r = probe.digests
     L = h.request_len
-    if len(r) >= L and r[:L] == h.digests[:L]:
+    if _extends(r, h):
         return Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
     lcp = _common_prefix(r, h.digests)
     k, j = _kept_tail(h, r, lcp)
@@ -407,8 +417,7 @@ def match(index: LineageIndex, probe: Probe) -> Match:
         # compaction analysis only runs when nothing extends
         r = probe.digests
         for h in candidates:
-            L = h.request_len
-            if len(r) >= L and r[:L] == h.digests[:L]:
+            if _extends(r, h):
                 m = Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
                 if best_h is None or _better(m, best, h, best_h, probe):
                     best, best_h = m, h

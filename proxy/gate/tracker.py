@@ -32,6 +32,7 @@ import json
 import logging
 import re
 import secrets
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -162,7 +163,6 @@ class Tracker:
         self._lines: OrderedDict[str, frozenset[int]] = OrderedDict()
         self._hint_cache: OrderedDict[str, str | None] = OrderedDict()
         self._blob_cache: OrderedDict[str, str] = OrderedDict()
-        self._warm_tasks: set[asyncio.Future[Any]] = set()
         self._started = False
 
     @property
@@ -175,10 +175,14 @@ class Tracker:
 
     async def start(self) -> None:
         """Open the store and load every stored conversation into the index (history
-        digests only; message contents are loaded lazily)."""
+        digests only; message contents are loaded lazily). Loads the tokenizers (so the
+        first request does not) and starts importing litellm (model windows) in a daemon
+        thread, which never delays shutdown."""
         if self._started:
             return
         self._started = True
+        preload = _in_daemon_thread(self.accounting.preload)
+        _in_daemon_thread(self.accounting.preload_litellm)
         await self.store.open()
         recs = await self.store.load(self.config.max_timeline)
         recs.sort(key=lambda r: r.last_seen)
@@ -186,10 +190,9 @@ class Tracker:
             self._recs[rec.id] = rec
             self.index.upsert(self._history(rec))
         self._evict(self.clock())
+        await preload
 
     async def close(self) -> None:
-        for t in list(self._warm_tasks):
-            t.cancel()
         await self.store.close()
 
     async def flush(self) -> None:
@@ -603,20 +606,13 @@ class Tracker:
 
     def _ensure_warm(self, model: str | None) -> None:
         if model and self.accounting.claim_warm(model):
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
-            fut = loop.run_in_executor(None, self.accounting.warm, model)
-            self._warm_tasks.add(fut)
-            fut.add_done_callback(self._warm_tasks.discard)
+            _in_daemon_thread(self.accounting.warm, model)
 
     async def warm(self, models: list[str]) -> None:
-        """Warm token accounting for ``models`` now (in a thread), e.g. at startup."""
-        loop = asyncio.get_running_loop()
+        """Warm token accounting for ``models`` now (in a daemon thread), e.g. at startup."""
         for model in models:
             if self.accounting.claim_warm(model):
-                await loop.run_in_executor(None, self.accounting.warm, model)
+                await _in_daemon_thread(self.accounting.warm, model)
 
     async def _hydrate(self, cid: str) -> None:
         """Load a cold conversation's history from the store (under its lock)."""
@@ -645,6 +641,37 @@ class Tracker:
             self._hot[cid] = _Hot(snap, [0], "")
             self._remember_lines(cid, snapshot_msgs)
             self._touch(cid)
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """Run blocking ``fn(*args)`` in a new daemon thread; the returned future (of the
+    running loop) gets its result. Unlike the loop's default executor, a daemon thread
+    never holds up shutdown (importing litellm takes seconds). Never awaiting the future
+    is fine; a result arriving after the loop closed is dropped."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def deliver(ok: bool, value: Any) -> None:
+        if fut.done():
+            return
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+    def run() -> None:
+        try:
+            outcome = (True, fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            outcome = (False, exc)
+        try:
+            loop.call_soon_threadsafe(deliver, *outcome)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "not retrieved"
+    threading.Thread(target=run, name=f"cg-{getattr(fn, '__name__', 'warm')}", daemon=True).start()
+    return fut
 
 
 class TrackingTap:

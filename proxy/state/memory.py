@@ -12,11 +12,11 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore(Store):
-    """Keeps serialised copies, so later mutations of a record by the tracker never
-    alias the stored state."""
+    """Keeps serialised copies (and the immutable digest tuples), so later mutations of
+    a record by the tracker never alias the stored state."""
 
     def __init__(self) -> None:
-        self.conversations: dict[str, tuple[str, str]] = {}
+        self.conversations: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.messages: dict[str, Message] = {}
         self.blobs: dict[str, str] = {}
         self.timeline: dict[str, dict[int, str]] = {}
@@ -26,7 +26,8 @@ class MemoryStore(Store):
     async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
         out = []
         for cid, (meta, digests) in self.conversations.items():
-            rec = ConversationRecord.from_row(meta, digests)
+            rec = ConversationRecord.from_row(meta, "")
+            rec.digests = digests
             tl = self.timeline.get(cid, {})
             rec.timeline = [TimelineEntry.from_json(tl[s]) for s in sorted(tl)[-max_timeline:]]
             ev = self.events.get(cid, {})
@@ -41,7 +42,7 @@ class MemoryStore(Store):
         return {k: self.blobs[k] for k in keys if k in self.blobs}
 
     def save_conversation(self, rec: ConversationRecord) -> None:
-        self.conversations[rec.id] = (rec.meta_json(), rec.digests_text())
+        self.conversations[rec.id] = (rec.meta_json(), rec.digests)
 
     def put_messages(self, msgs: Iterable[Message]) -> None:
         for m in msgs:
@@ -70,7 +71,7 @@ class MemoryStore(Store):
         self._deleted = 0
         live: set[str] = set()
         for meta, digests in self.conversations.values():
-            live.update(digests.split(","))
+            live.update(digests)
             rec = ConversationRecord.from_row(meta, "")
             live.update(rec.side_digests)
         for tl in self.timeline.values():

@@ -58,7 +58,12 @@ class TimelineEntry:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), separators=(",", ":"))
+        return self.dict_to_json(self.as_dict())
+
+    @staticmethod
+    def dict_to_json(d: dict[str, Any]) -> str:
+        """``to_json`` of an :meth:`as_dict` snapshot (stores serialise off the loop)."""
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> TimelineEntry:
@@ -137,9 +142,17 @@ class ConversationRecord:
     def share(self) -> float | None:
         return round(self.tokens / self.window, 4) if self.window else None
 
-    def meta_json(self) -> str:
+    def meta_dict(self) -> dict[str, Any]:
+        """A snapshot of the metadata (cheap; stores serialise it off the loop)."""
         d = {k: getattr(self, k) for k in self._META}
         d["side_digests"] = list(self.side_digests)
+        return d
+
+    def meta_json(self) -> str:
+        return self.meta_dict_to_json(self.meta_dict())
+
+    @staticmethod
+    def meta_dict_to_json(d: dict[str, Any]) -> str:
         return json.dumps(d, separators=(",", ":"))
 
     def digests_text(self) -> str:

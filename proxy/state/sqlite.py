@@ -2,21 +2,31 @@
 
 All database work runs on one dedicated thread (one connection), never on the event
 loop. Writes are buffered in memory and coalesced (the last save of a conversation wins)
-and committed in batches: a flush is scheduled when the first write arrives, and writes
-made while a flush runs go to the next batch. Reads run on the same thread after
-flushing the buffer, so they see every earlier write.
+and committed in batches: the first write of a batch schedules a flush ``flush_delay``
+seconds later (so a busy proxy commits a few times a second, not once per request, and
+the writer thread seldom competes with the loop for the GIL), and writes made while a
+flush runs go to the next batch. Records are serialised to JSON on the writer thread,
+from snapshots taken when the write is enqueued. Reads (and :meth:`flush`/:meth:`close`)
+cut the delay short and run on the same thread after flushing the buffer, so they see
+every earlier write.
+
+A conversation's history digests are stored in chunks of :data:`DIGEST_CHUNK`
+(``digest_chunks``), and a save rewrites only the chunks that changed since the last
+commit: appending to a 1,000-message history writes one chunk, not the whole list.
+Rows written before chunking (``conversations.digests`` non-empty) are still read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from proxy.core.messages import Message
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry, message_from_json, message_to_json
@@ -38,18 +48,46 @@ CREATE TABLE IF NOT EXISTS timeline(conv TEXT NOT NULL, seq INTEGER NOT NULL, bo
     PRIMARY KEY(conv, seq));
 CREATE TABLE IF NOT EXISTS events(conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY(conv, seq));
+CREATE TABLE IF NOT EXISTS digest_chunks(conv TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY(conv, idx));
 """
+
+#: Digests per row of ``digest_chunks``.
+DIGEST_CHUNK = 128
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _chunks(n: int) -> int:
+    return (n + DIGEST_CHUNK - 1) // DIGEST_CHUNK
 
 #: Orphaned messages are collected at most this often (seconds) after deletions.
 GC_INTERVAL = 30.0
 
 
+#: Default seconds between the first write of a batch and its commit.
+FLUSH_DELAY = 0.05
+
+
 class _Batch:
     def __init__(self) -> None:
-        self.convs: dict[str, tuple[float, str, str]] = {}
+        # snapshots: (last_seen, meta dict, digests); serialised on the writer thread
+        self.convs: dict[str, tuple[float, dict[str, Any], tuple[str, ...]]] = {}
         self.messages: dict[str, Message] = {}
         self.blobs: dict[str, str] = {}
-        self.timeline: dict[tuple[str, int], str] = {}
+        self.timeline: dict[tuple[str, int], dict[str, Any]] = {}
         self.events: dict[tuple[str, int], str] = {}
         self.deletes: set[str] = set()
 
@@ -58,10 +96,13 @@ class _Batch:
 
 
 class SQLiteStore(Store):
-    """``path`` is the database file (its folder is created)."""
+    """``path`` is the database file (its folder is created); ``flush_delay``: seconds
+    from the first write of a batch to its commit."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, flush_delay: float = FLUSH_DELAY) -> None:
         self.path = Path(path)
+        self.flush_delay = flush_delay
+        self._hurry = threading.Event()
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -71,6 +112,8 @@ class SQLiteStore(Store):
         self._need_gc = False
         self._closed = False
         self._inflight: Future[None] | None = None
+        #: digests committed per conversation in ``digest_chunks`` (writer thread only)
+        self._written: dict[str, tuple[str, ...]] = {}
 
     # -- thread side
 
@@ -102,6 +145,9 @@ class SQLiteStore(Store):
                 conn.executemany("DELETE FROM conversations WHERE id = ?", ids)
                 conn.executemany("DELETE FROM timeline WHERE conv = ?", ids)
                 conn.executemany("DELETE FROM events WHERE conv = ?", ids)
+                conn.executemany("DELETE FROM digest_chunks WHERE conv = ?", ids)
+                for cid in batch.deletes:
+                    self._written.pop(cid, None)
                 self._need_gc = True
             if batch.messages:
                 conn.executemany(
@@ -111,14 +157,28 @@ class SQLiteStore(Store):
             if batch.blobs:
                 conn.executemany("INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)", list(batch.blobs.items()))
             if batch.convs:
+                meta_json = ConversationRecord.meta_dict_to_json
                 conn.executemany(
-                    "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, ?)",
-                    [(cid, ls, meta, dg) for cid, (ls, meta, dg) in batch.convs.items()],
+                    "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
+                    [(cid, ls, meta_json(meta)) for cid, (ls, meta, _) in batch.convs.items()],
                 )
+                chunk_rows: list[tuple[str, int, str]] = []
+                trims: list[tuple[str, int]] = []
+                for cid, (_, _, dg) in batch.convs.items():
+                    old = self._written.get(cid)
+                    first = 0 if old is None else _common_prefix(old, dg) // DIGEST_CHUNK
+                    n = _chunks(len(dg))
+                    for idx in range(first, n):
+                        chunk_rows.append((cid, idx, ",".join(dg[idx * DIGEST_CHUNK : (idx + 1) * DIGEST_CHUNK])))
+                    if old is None or _chunks(len(old)) > n:
+                        trims.append((cid, n))
+                conn.executemany("DELETE FROM digest_chunks WHERE conv = ? AND idx >= ?", trims)
+                conn.executemany("INSERT OR REPLACE INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)", chunk_rows)
             if batch.timeline:
+                entry_json = TimelineEntry.dict_to_json
                 conn.executemany(
                     "INSERT OR REPLACE INTO timeline(conv, seq, body) VALUES(?, ?, ?)",
-                    [(c, s, b) for (c, s), b in batch.timeline.items()],
+                    [(c, s, entry_json(b)) for (c, s), b in batch.timeline.items()],
                 )
             if batch.events:
                 conn.executemany(
@@ -126,8 +186,11 @@ class SQLiteStore(Store):
                     [(c, s, b) for (c, s), b in batch.events.items()],
                 )
             conn.execute("COMMIT")
+            for cid, (_, _, dg) in batch.convs.items():
+                self._written[cid] = dg
         except sqlite3.Error:
             log.exception("state: SQLite write failed; batch dropped")
+            self._written.clear()  # unknown state: the next saves rewrite every chunk
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
@@ -146,6 +209,8 @@ class SQLiteStore(Store):
             if digests:
                 live.update(digests.split(","))
             live.update(ConversationRecord.from_row(meta, "").side_digests)
+        for (body,) in conn.execute("SELECT body FROM digest_chunks"):
+            live.update(body.split(","))
         for (body,) in conn.execute("SELECT body FROM timeline WHERE body LIKE '%\"reply_digests\":[\"%'"):
             live.update(TimelineEntry.from_json(body).reply_digests)
         dead = [(d,) for (d,) in conn.execute("SELECT digest FROM messages") if d not in live]
@@ -158,8 +223,14 @@ class SQLiteStore(Store):
         self._flush_sync()
         return fn()
 
+    def _delayed_flush(self) -> None:
+        self._hurry.wait(self.flush_delay)
+        self._hurry.clear()
+        self._flush_sync()
+
     async def _call(self, fn: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
+        self._hurry.set()  # a pending delayed flush runs now: the read is not held up
         return await loop.run_in_executor(self._exec, self._run, fn)
 
     # -- loop side
@@ -168,7 +239,7 @@ class SQLiteStore(Store):
         # Called with self._lock held.
         if not self._scheduled and not self._closed:
             self._scheduled = True
-            self._inflight = self._exec.submit(self._flush_sync)
+            self._inflight = self._exec.submit(self._delayed_flush)
 
     async def open(self) -> None:
         await self._call(self._connect)
@@ -190,6 +261,7 @@ class SQLiteStore(Store):
                 self._conn = None
 
         loop = asyncio.get_running_loop()
+        self._hurry.set()
         await loop.run_in_executor(self._exec, _final)
         self._closed = True
         self._exec.shutdown(wait=True)
@@ -198,9 +270,20 @@ class SQLiteStore(Store):
         def _load() -> list[ConversationRecord]:
             assert self._conn is not None
             recs: dict[str, ConversationRecord] = {}
+            chunked: set[str] = set()
             for meta, digests in self._conn.execute("SELECT meta, digests FROM conversations"):
                 rec = ConversationRecord.from_row(meta, digests)
                 recs[rec.id] = rec
+                if not digests:
+                    chunked.add(rec.id)
+            parts: dict[str, list[str]] = {}
+            for conv, body in self._conn.execute("SELECT conv, body FROM digest_chunks ORDER BY conv, idx"):
+                if conv in chunked and body:
+                    parts.setdefault(conv, []).append(body)
+            for cid in chunked:
+                rec = recs[cid]
+                rec.digests = tuple(",".join(parts[cid]).split(",")) if cid in parts else ()
+                self._written[cid] = rec.digests
             for conv, body in self._conn.execute(
                 "SELECT conv, body FROM (SELECT conv, seq, body, ROW_NUMBER() OVER "
                 "(PARTITION BY conv ORDER BY seq DESC) AS rn FROM timeline) WHERE rn <= ? ORDER BY conv, seq",
@@ -245,7 +328,7 @@ class SQLiteStore(Store):
         return await self._call(_load)
 
     def save_conversation(self, rec: ConversationRecord) -> None:
-        row = (rec.last_seen, rec.meta_json(), rec.digests_text())
+        row = (rec.last_seen, rec.meta_dict(), rec.digests)
         with self._lock:
             self._batch.convs[rec.id] = row
             self._schedule()
@@ -262,7 +345,7 @@ class SQLiteStore(Store):
             self._schedule()
 
     def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
-        body = entry.to_json()
+        body = entry.as_dict()
         with self._lock:
             self._batch.timeline[(conversation_id, entry.seq)] = body
             self._schedule()

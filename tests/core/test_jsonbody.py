@@ -237,6 +237,9 @@ def test_reuses_the_prefix_and_decodes_only_the_tail() -> None:
         (b'{"messages": [1, 2]}', b'{"messages": [1, 2, "\\ud800", "\\u00e9"]}'),
         (b'{"messages": [1, 2]}', b'{"messages": [1, 2, "' + b"\xff" + b'"]}'),
         (b'{"messages": [1, 2]}', b'{"messages": [1, 2, "a\x01b"]}'),
+        (b'{"messages": [1, 2]}', b'{"messages": [1, 2, "\xed\xa0\x80"]}'),
+        (b'{"messages": ["\xc3\xa9", 2]}', b'{"messages": ["\xc3\xa9", 2, "\xc3"]}'),
+        (b'{"messages": ["\xc3\xa9"]}', b'{"messages": ["\xc3\xa9", "\xe6\x97\xa5"], "\xc3\xa9": 1}'),
         (b'{"messages": [1, 2]}', b'{"messages": [1, 2, ' + b"9" * 5000 + b"]}"),
         (b'{"messages": [1, 2]}', b"\xef\xbb\xbf" + b'{"messages": [1, 2, 3]}'),
         (b'{"messages": [1, 2]}', '{"messages": [1, 2, 3]}'.encode("utf-16")),
@@ -282,11 +285,25 @@ def test_forks_and_edits_reuse_the_longest_shared_prefix() -> None:
     assert cache.stats.reused == 30
 
 
+def test_non_ascii_offsets_are_bytes() -> None:
+    cache = BodyCache(min_size=0)
+    msgs: list[Any] = []
+    for i in range(30):
+        msgs.append({"role": "user", "content": "é日本\U0001f600" * (i % 4) + str(i)})
+        raw = json.dumps({"model": "m", "messages": msgs, "é": "ü"}, ensure_ascii=False).encode()
+        check(cache, raw)
+    assert cache.stats.hits == 29 and cache.stats.reused == sum(range(30))
+    edited = list(msgs)
+    edited[10] = {"role": "user", "content": "日本 changed"}
+    check(cache, json.dumps({"model": "m", "messages": edited}, ensure_ascii=False).encode())
+    assert cache.stats.reused == sum(range(30)) + 10
+
+
 def test_bounded() -> None:
-    cache = BodyCache(min_size=0, max_per_scope=3, max_chars=10_000)
+    cache = BodyCache(min_size=0, max_per_scope=3, max_bytes=10_000)
     for i in range(20):
         cache.loads(json.dumps({"messages": [f"conversation {i}"] * 20}).encode(), "t")
     assert len(cache) <= 3
     for i in range(20):
         cache.loads(json.dumps({"messages": [f"c{i}" + "x" * 900] * 5}).encode(), f"s{i}")
-    assert cache._chars <= 10_000
+    assert cache._bytes <= 10_000

@@ -103,3 +103,88 @@ async def test_sqlite_reads_see_pending_writes_and_never_block_the_loop(tmp_path
     t.cancel()
     assert len(got) == 200 and ticks > 0
     await s.close()
+
+
+async def test_sqlite_history_chunks_follow_every_kind_of_edit(tmp_path: Path) -> None:
+    """Histories are stored in chunks rewritten only where they changed: appends, a
+    shrink, an edit in the middle, a rewrite, deletion and re-creation all read back
+    exactly, in this process and after a restart."""
+    from proxy.state.sqlite import DIGEST_CHUNK
+
+    path = tmp_path / "h.db"
+    n = DIGEST_CHUNK * 3 + 5
+    ds = tuple(f"{i:032x}" for i in range(n))
+    versions = [
+        ds[:1], ds[: DIGEST_CHUNK], ds[: DIGEST_CHUNK + 1], ds,  # appends across chunk edges
+        ds[: DIGEST_CHUNK * 2],  # shrink to a chunk edge
+        ds[:10] + ("e" * 32,) + ds[11 : DIGEST_CHUNK * 2 + 7],  # edit in the first chunk
+        tuple(reversed(ds)),  # rewrite
+        (),  # empty
+        ds[:3],
+    ]
+    s = SQLiteStore(path, flush_delay=0)
+    await s.open()
+    for v in versions:
+        s.save_conversation(_rec("c", v))
+        await s.flush()
+        [got] = await s.load()
+        assert got.digests == v
+        s2 = SQLiteStore(path)
+        await s2.open()
+        [got2] = await s2.load()
+        assert got2.digests == v
+        await s2.close()
+    s.delete(["c"])
+    s.save_conversation(_rec("c", ds[:2]))
+    await s.close()
+    s3 = SQLiteStore(path)
+    await s3.open()
+    [got3] = await s3.load()
+    assert got3.digests == ds[:2]
+    await s3.close()
+
+
+async def test_sqlite_appending_rewrites_one_chunk(tmp_path: Path) -> None:
+    from proxy.state.sqlite import DIGEST_CHUNK
+
+    s = SQLiteStore(tmp_path / "a.db")
+    await s.open()
+    ds = tuple(f"{i:032x}" for i in range(DIGEST_CHUNK * 8))
+    s.save_conversation(_rec("c", ds[:-2]))
+    await s.flush()
+
+    def changes() -> int:
+        assert s._conn is not None  # noqa: SLF001
+        return s._conn.total_changes  # noqa: SLF001
+
+    before = await s._call(changes)  # noqa: SLF001
+    s.save_conversation(_rec("c", ds))
+    await s.flush()
+    assert await s._call(changes) - before == 2  # noqa: SLF001 - the conversation row and one chunk
+    await s.close()
+
+
+async def test_sqlite_reads_rows_written_before_chunking(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    s = SQLiteStore(path)
+    await s.open()
+    await s.close()
+    rec = _rec("legacy", ("a" * 32, "b" * 32))
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, ?)",
+                 (rec.id, rec.last_seen, rec.meta_json(), rec.digests_text()))
+    conn.commit()
+    conn.close()
+    s = SQLiteStore(path)
+    await s.open()
+    [got] = await s.load()
+    assert got.digests == rec.digests
+    s.save_conversation(_rec("legacy", rec.digests + ("c" * 32,)))  # rewritten as chunks
+    await s.close()
+    s = SQLiteStore(path)
+    await s.open()
+    [got] = await s.load()
+    assert got.digests == rec.digests + ("c" * 32,)
+    await s.close()
