@@ -102,7 +102,7 @@ def _policy_setup(
         raise InputError(f"--policy {name}: {exc}") from None
     catalog: object | None = None
     if policy.detector_rules or policy.disabled or policy.allowlist:
-        from .gate.interceptor import policy_catalog
+        from .policy.detectors import policy_catalog
 
         catalog = policy_catalog(policy)
     if not markers_given and getattr(policy, "markers", "agents") != "agents":

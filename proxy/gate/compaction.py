@@ -1,0 +1,230 @@
+"""The compaction check: what the gate does about a request whose history shrank.
+
+:func:`analyze_request` judges the transition from the conversation's previous snapshot
+to this request under the policy's obligation rule. :func:`respond_to_compaction`
+applies the scoped action to the verdict: a destructive compaction is recorded, arms the
+tripwire, and (``reinject``/``spill``/``reject``) becomes the conversation's
+:class:`~proxy.gate.convstate.Pending` repair; a safe non-append transition is recorded
+(and warned about under ``safe: warn``). :func:`repair` then applies the pending repair
+to this request — on the compacting request and on every later one until the client
+sends the bindings itself (the repair is sticky).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.analysis import Analysis, analyze
+from ..core.identifiers.model import redact
+from ..core.interventions.bindings import Binding
+from ..core.interventions.placement import raw_index
+from ..core.interventions.reinject import reinject
+from ..core.interventions.reject import rejection_message
+from ..core.interventions.spill import render_region, spill_note
+from ..core.markers import Markers
+from ..core.messages import Snapshot
+from ..policy.obligations import PolicyObligations
+from ..server.hooks import Reject
+from .convstate import ConversationState, Pending
+from .identifiers import extract, lost_binding
+from .request import GateRequest
+from .spill import ANONYMOUS, SpillStore
+
+
+@dataclass(frozen=True)
+class SpillTarget:
+    """Where ``spill`` stores lost regions, and the public path prefix of a handle."""
+
+    store: SpillStore
+    path: str
+
+
+@dataclass(frozen=True)
+class Repair:
+    """The outcome for the request: its action, and a rewritten body or a rejection."""
+
+    action: str
+    body: dict[str, Any] | None = None
+    reject: Reject | None = None
+
+
+def analyze_request(req: GateRequest, markers: Markers) -> Analysis | None:
+    """The analysis of previous → current (``None`` for a conversation's first request)."""
+    previous = req.obs.previous
+    if previous is None:
+        return None
+    return analyze(
+        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=PolicyObligations(req.policy)
+    )
+
+
+def summary_anchor(analysis: Analysis) -> int | None:
+    """The index (in the current snapshot) of the message a note follows: the last summary
+    message, else the last inserted one."""
+    t = analysis.transition
+    if t.summary:
+        return max(t.summary)
+    if t.inserted:
+        return max(t.inserted)
+    return None
+
+
+def index_of_digest(current: Snapshot, digest: str | None) -> int | None:
+    """The index of the first message of ``current`` with ``digest``."""
+    if digest is None:
+        return None
+    for i, m in enumerate(current.messages):
+        if m.digest == digest:
+            return i
+    return None
+
+
+def spill_lost_region(
+    req: GateRequest, analysis: Analysis, bindings: Sequence[Binding], target: SpillTarget
+) -> str | None:
+    """Store the region the compaction removed under a tenant-scoped handle and return the
+    note that points the model at it; ``None`` for an anonymous tenant (nobody could read
+    it back). Secrets of the region are redacted before storing, even for their tenant."""
+    ex, prev, policy = req.ex, req.obs.previous, req.policy
+    if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
+        return None
+    lost_idx = set(analysis.lost_region)
+    text = render_region([prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)])
+    secrets_ = {i.value for i in extract(prev, req.catalog) if i.sensitive and i.source.message_index in lost_idx}
+    for value in sorted(secrets_, key=len, reverse=True):
+        text = text.replace(value, redact(value))
+    rec = target.store.put(
+        ex.tenant,
+        req.cid,
+        text,
+        ttl_seconds=policy.spill_ttl_seconds,
+        max_bytes=policy.spill_max_bytes,
+        bindings=tuple({"value": b.display().strip("`"), "kind": b.kind} for b in bindings),
+    )
+    listed = bindings if policy.spill_list_bindings else ()
+    return spill_note(rec.handle, listed, url_path=target.path + rec.handle)
+
+
+def _lost_bindings(req: GateRequest, analysis: Analysis) -> list[Binding]:
+    """What a destructive compaction's repair restores: the required bindings it lost
+    (plus, with ``reinject.include_regenerable``, the other non-secret ones), minus the
+    policy's allowlist."""
+    policy = req.policy
+    required = [lost_binding(policy, b) for b in analysis.required_missing]
+    extra = [
+        lost_binding(policy, b)
+        for b in analysis.dropped + analysis.altered
+        if not b.required and not b.sensitive and policy.reinject_include_regenerable
+    ]
+    return [b for b in required + extra if not policy.allowlisted(b.value)]
+
+
+def respond_to_compaction(
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget
+) -> str:
+    """Apply the scoped action to the verdict (see the module docstring); returns the
+    request's action so far (``none`` when there is nothing to say)."""
+    if analysis is None:
+        return "none"
+    eff, current = req.effective, req.obs.current
+    if analysis.transition.kind == "reset":
+        st.pending, st.armed = None, 0
+    if analysis.destructive:
+        bindings = _lost_bindings(req, analysis)
+        action = eff.destructive
+        anchor = summary_anchor(analysis)
+        anchor_digest = (
+            current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
+        )
+        footer = None
+        if action == "spill":
+            footer = spill_lost_region(req, analysis, bindings, spill)
+            if footer is None:  # anonymous tenant: nobody could read it back
+                action = "reinject"
+        # arm the tripwire
+        sig = analysis.signals.next_action
+        st.armed = req.policy.tripwire_window
+        st.dropped_kinds = frozenset(sig.dropped_kinds)
+        st.expected = dict(sig.expected_by_kind)
+        st.known_norms = set(sig.known_norms)
+        if action in ("reinject", "spill", "reject"):
+            st.pending = Pending(action, bindings, anchor_digest, footer)
+        req.record(
+            "compaction",
+            action,
+            verdict=analysis.verdict,
+            transition=analysis.transition.kind,
+            agent=analysis.agent,
+            dropped=[b.to_json() for b in analysis.dropped],
+            altered=[b.to_json() for b in analysis.altered],
+            required=[b.value for b in analysis.required_missing],
+            signals=analysis.signals.to_json(),
+            scopes=list(eff.scopes),
+            message=f"{analysis.transition.kind} dropped {len(analysis.required_missing)} required binding(s)",
+        )
+        return action
+    if analysis.transition.kind != "append":
+        req.record(
+            "compaction",
+            "warn" if eff.safe == "warn" else "none",
+            verdict=analysis.verdict,
+            transition=analysis.transition.kind,
+            agent=analysis.agent,
+            dropped=[b.to_json() for b in analysis.dropped],
+            signals=analysis.signals.to_json(),
+            message=f"{analysis.transition.kind}: every required binding survived",
+        )
+        if eff.safe == "warn":
+            return "warn"
+    return "none"
+
+
+def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str) -> Repair:
+    """Apply the conversation's pending repair to this request, if the request still
+    lacks one of its (non-secret) bindings; a request that has them all ends it."""
+    p = st.pending
+    if p is None:
+        return Repair(action)
+    current, policy = req.obs.current, req.policy
+    visible = current.visible_text()
+    still = [b for b in p.bindings if b.sensitive or b.value not in visible]
+    if not [b for b in still if not b.sensitive]:
+        st.pending = None
+        return Repair(action)
+    if p.action == "reject":
+        return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
+    anchor = index_of_digest(current, p.anchor_digest)
+    raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
+    res = reinject(
+        req.dialect,
+        req.body,
+        still,
+        anchor=raw_anchor,
+        role=policy.reinject_role,
+        budget_tokens=policy.reinject_budget_tokens,
+        count_tokens=req.count_tokens,
+        footer=p.footer,
+    )
+    if action == "none":
+        action = p.action
+    reinjected = [
+        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source} for b in res.kept
+    ]
+    if analysis is None or not analysis.destructive:
+        req.record(
+            "reinject_sticky",
+            action,
+            bindings=[b.value if not b.sensitive else b.display() for b in res.kept],
+            reinjected=reinjected,
+            message="repeated the repair of an earlier compaction",
+        )
+    else:
+        req.record(
+            "reinject",
+            action,
+            reinjected=reinjected,
+            message=f"re-injected {len(reinjected)} binding(s) verbatim after the summary",
+        )
+    return Repair(action, body=res.body)

@@ -1,0 +1,118 @@
+"""The summarization-call gate (DESIGN §4.1).
+
+When the request *is* the agent's summarization call, the gate knows what is about to be
+compacted. It appends the contract of the required bindings found in what the call
+summarizes to its instruction (``gate.contract``) and installs a tap that checks the
+returned summary and appends a verbatim section for what it still lacks
+(``gate.append_missing``). The action is ``gate`` when either modifies something,
+``warn`` otherwise; a call that summarizes no required binding is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..core.interventions.bindings import Binding
+from ..core.interventions.contract import add_summary_contract
+from ..core.messages import Snapshot
+from ..server.hooks import Decision
+from .identifiers import required_in
+from .request import GateRequest
+from .taps import GateTap
+from .tracker import Tracker
+
+#: How many of the tenant's most recent conversations :func:`history_for_side_request`
+#: considers.
+SIDE_REQUEST_CANDIDATES = 20
+
+
+async def history_for_side_request(
+    tracker: Tracker, req: GateRequest, limit: int = SIDE_REQUEST_CANDIDATES
+) -> Snapshot | None:
+    """The history a summarization side request summarizes when lineage could not attach
+    it to its conversation: among this tenant's most recent other conversations, the one
+    whose required bindings occur most often in the request's text (``None`` if none
+    does).
+
+    Why this exists: the tracker attaches a side request to its conversation by message
+    hashes, which works when the agent sends the history as messages. Agents that paste
+    the history into one prompt as (escaped) text — LangChain's SummarizationMiddleware
+    formats the messages into its ``{messages}`` placeholder — share no message with the
+    conversation, so ``obs.previous`` is ``None``. Without a history the gate could only
+    see the bindings of the side request itself; this finds the conversation whose
+    bindings the prompt quotes, so the contract lists them with their sources.
+    """
+    visible = req.obs.current.visible_text()
+    recs = sorted(
+        (r for r in tracker.conversations() if r.tenant == req.ex.tenant and r.id != req.cid),
+        key=lambda r: r.last_seen,
+        reverse=True,
+    )[:limit]
+    best: tuple[int, Snapshot | None] = (0, None)
+    for rec in recs:
+        snap = await tracker.history(rec.id)
+        if snap is None:
+            continue
+        score = sum(1 for b in required_in(req.policy, snap, req.catalog) if b.value in visible)
+        if score > best[0]:
+            best = (score, snap)
+    return best[1]
+
+
+def summarized_bindings(req: GateRequest, side_history: Snapshot | None) -> list[Binding]:
+    """The required bindings this summarization call summarizes: those of its history
+    (the conversation's previous snapshot, else ``side_history``) and of the call itself,
+    that occur in the call's text."""
+    obs = req.obs
+    history = obs.previous or side_history or obs.current
+    bindings = required_in(req.policy, history, req.catalog)
+    if history is not obs.current:
+        seen = {x.value for x in bindings}
+        bindings += [b for b in required_in(req.policy, obs.current, req.catalog) if b.value not in seen]
+    visible = obs.current.visible_text()
+    return [b for b in bindings if b.value in visible]
+
+
+def gate_summary(req: GateRequest, side_history: Snapshot | None = None) -> Decision:
+    """The decision for a summarization call (see the module docstring)."""
+    policy = req.policy
+    if not req.effective.gate:
+        return Decision()
+    bindings = summarized_bindings(req, side_history)
+    if not bindings:
+        req.record("summarization", "none", message="summarization call with no required binding")
+        return Decision()
+    new_body = None
+    listed = bindings
+    if policy.gate_contract:
+        new_body, listed = add_summary_contract(
+            req.dialect, req.body, bindings, budget_tokens=policy.gate_budget_tokens, count_tokens=req.count_tokens
+        )
+    modifying = policy.gate_contract or policy.gate_append_missing
+    action = "gate" if modifying else "warn"
+
+    def on_summary(appended: list[Binding], missing: list[Binding]) -> None:
+        if missing:
+            message = f"summary lacked {len(missing)} binding(s)" + ("; appended verbatim" if appended else "")
+        else:
+            message = "summary kept every required binding"
+        req.record(
+            "summary_check",
+            "gate" if appended else ("warn" if missing else "none"),
+            required=[b.value for b in bindings],
+            missing=[b.value for b in missing],
+            appended=[b.value for b in appended],
+            message=message,
+        )
+
+    tap = GateTap(req.api, summary_bindings=bindings, append_missing=policy.gate_append_missing, on_summary=on_summary)
+    req.record(
+        "summarization",
+        action,
+        agent=req.obs.summarization_agent,
+        contract=[b.value for b in listed] if policy.gate_contract else [],
+        required=[b.value for b in bindings],
+        message=f"summarization call: {len(bindings)} binding(s) must survive verbatim",
+    )
+    out = json.dumps(new_body, ensure_ascii=False).encode() if new_body is not None else None
+    return Decision(action=action, body=out, tap=tap)
