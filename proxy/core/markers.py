@@ -8,8 +8,9 @@ file system; the core (``transition``, ``analysis``) takes the compiled object.
 Contracts:
 - Markers never decide *whether* a transition is a compaction — the structural diff does.
   They name the agent and sharpen the kind (e.g. tell a summary from a new task).
-- Matching is a case-insensitive substring test on whitespace-collapsed text, optionally
-  restricted to where the text sits (system prompt, user, assistant or tool message).
+- Matching is a case-insensitive substring test on whitespace-collapsed text (see
+  :func:`fold`), optionally restricted to where the text sits (system prompt, user,
+  assistant or tool message).
 - Unknown keys are errors; errors name the source and, when known, the line.
 """
 
@@ -28,11 +29,18 @@ import yaml
 WHERES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
 _WS = re.compile(r"\s+")
+#: An XML-style tag with the (already collapsed) space around it.
+_TAG = re.compile(r" ?(</?[a-z][\w:.-]*>) ?")
 
 
 def fold(text: str) -> str:
-    """The form markers are matched on: lower case, runs of whitespace collapsed."""
-    return _WS.sub(" ", text).strip().lower()
+    """The form markers are matched on: lower case, runs of whitespace collapsed, and no
+    whitespace next to an XML-style tag (``<role>\\nX\\n</role>`` folds like
+    ``<role>X</role>``: prompts lay tags out on their own lines, marker files inline)."""
+    folded = _WS.sub(" ", text).strip().lower()
+    if "<" in folded:
+        folded = _TAG.sub(r"\1", folded)
+    return folded
 
 
 class MarkersError(ValueError):

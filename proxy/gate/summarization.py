@@ -38,9 +38,12 @@ async def history_for_side_request(
     hashes, which works when the agent sends the history as messages. Agents that paste
     the history into one prompt as (escaped) text — LangChain's SummarizationMiddleware
     formats the messages into its ``{messages}`` placeholder — share no message with the
-    conversation, so ``obs.previous`` is ``None``. Without a history the gate could only
-    see the bindings of the side request itself; this finds the conversation whose
-    bindings the prompt quotes, so the contract lists them with their sources.
+    conversation, so ``obs.previous`` is ``None`` even though the request is recognised
+    (by its marker) as a summarization call. The pasted text alone yields no required
+    binding — obligations come from structured tool calls and results, which escaped
+    text no longer has — so without this the call would go ungated. This finds the
+    conversation whose required bindings the prompt quotes, so the contract lists them
+    with their sources (the LangChain end-to-end test depends on it for its ``gate``).
     """
     visible = req.obs.current.visible_text()
     recs = sorted(

@@ -114,3 +114,29 @@ def test_custom_file_extends_nothing_but_itself(tmp_path) -> None:  # type: igno
     assert isinstance(m, Markers)
     assert m.continuation_agent(fold("context reset note: we did x")) == "myagent"
     assert m.summarize_request_agent(fold("Your task is to create a detailed summary")) is None
+
+
+#: The head of LangChain's ``SummarizationMiddleware`` prompt exactly as langchain 1.x
+#: ships it (``langchain.agents.middleware.summarization.DEFAULT_SUMMARY_PROMPT``): the
+#: role tag on lines of its own, which the marker file writes inline.
+LANGCHAIN_PROMPT_HEAD = (
+    "<role>\nContext Extraction Assistant\n</role>\n\n<primary_objective>\n"
+    "Your sole objective in this task is to extract the highest quality/most relevant context "
+    "from the conversation history below.\n</primary_objective>\n"
+)
+
+
+def test_fold_drops_whitespace_next_to_tags() -> None:
+    assert fold("<role>\n Context  Extraction\n</role>\n\n<x>") == "<role>context extraction</role><x>"
+    assert fold("a < b") == "a < b"  # not a tag
+
+
+def test_langchain_summarization_prompt_is_recognised_by_its_marker() -> None:
+    assert default_markers().summarize_request_agent(fold(LANGCHAIN_PROMPT_HEAD), "user") == "langchain"
+
+
+def test_langchain_installed_prompt_is_recognised_by_its_marker() -> None:
+    summarization = pytest.importorskip("langchain.agents.middleware.summarization")
+    prompt = summarization.DEFAULT_SUMMARY_PROMPT
+    assert prompt.startswith(LANGCHAIN_PROMPT_HEAD)
+    assert default_markers().summarize_request_agent(fold(prompt), "user") == "langchain"
