@@ -24,7 +24,7 @@ from pathlib import Path
 
 import tiktoken
 
-__all__ = ["get_encoding", "encoding_for_model", "encoding_name_for_model", "litellm_tokenizer_dir"]
+__all__ = ["encoding_for_model", "encoding_name_for_model", "get_encoding", "litellm_tokenizer_dir"]
 
 _LOCK = threading.Lock()
 _configured = False

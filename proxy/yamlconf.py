@@ -179,7 +179,7 @@ def _construct_map(loader: _LocatingLoader, node: yaml.MappingNode) -> Any:
         try:
             hash(key)
         except TypeError:
-            raise ConfigError.at(loader.source_name, key_line, "mapping keys must be scalars")
+            raise ConfigError.at(loader.source_name, key_line, "mapping keys must be scalars") from None
         if key in result:
             raise ConfigError.at(
                 loader.source_name,

@@ -17,12 +17,19 @@ Contracts:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from proxy.core.messages import Message, MessageFormatError, from_anthropic, from_openai_chat, from_openai_responses
+from proxy.core.messages import (
+    Message,
+    MessageFormatError,
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+)
 
-__all__ = ["Reply", "Usage", "StreamAssembler", "reply_from_json", "usage_from"]
+__all__ = ["Reply", "StreamAssembler", "Usage", "reply_from_json", "usage_from"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,7 @@ def _pair_change(
     changed: list[int] = []
     kind: Literal["mask", "edit"] = "mask"
     agent: str | None = None
-    for (k, po), pn in zip(old_tools, new_tools):
+    for (k, po), pn in zip(old_tools, new_tools, strict=False):
         if po == pn:
             continue
         changed.append(k)

@@ -63,7 +63,9 @@ def _limit(request: web.Request, default: int) -> int:
     try:
         return max(1, min(10_000, int(request.query.get("limit", default))))
     except ValueError:
-        raise web.HTTPBadRequest(text='{"error": "limit must be an integer"}', content_type="application/json")
+        raise web.HTTPBadRequest(
+            text='{"error": "limit must be an integer"}', content_type="application/json"
+        ) from None
 
 
 async def list_conversations(request: web.Request) -> web.Response:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["ExplicitId", "explicit_id", "MAX_ID_LEN"]
+__all__ = ["MAX_ID_LEN", "ExplicitId", "explicit_id"]
 
 MAX_ID_LEN = 128
 _VENDOR_SESSION = re.compile(r"^x-[a-z0-9][a-z0-9-]*-session-id$")

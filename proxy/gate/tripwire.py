@@ -12,7 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from ..core.interventions.tripwire import Hallucination, ToolCall, TripwireAction, find_hallucinations
+from ..core.interventions.tripwire import (
+    Hallucination,
+    ToolCall,
+    TripwireAction,
+    find_hallucinations,
+)
 from ..core.messages import Part, Snapshot, make_message
 from .convstate import ConversationState
 from .identifiers import extract

@@ -48,10 +48,7 @@ class Match:
             return False
         if self.tenants and not any(_glob(p, ctx.tenant, fold=False) for p in self.tenants):
             return False
-        for name, pattern in self.headers:
-            if not _glob(pattern, ctx.headers.get(name)):
-                return False
-        return True
+        return all(_glob(pattern, ctx.headers.get(name)) for name, pattern in self.headers)
 
 
 @dataclass(frozen=True, slots=True)

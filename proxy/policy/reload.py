@@ -9,6 +9,7 @@ logs why with ``file:line``, and exposes the error as ``last_error``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -148,17 +149,13 @@ class PolicyHolder:
 
     async def stop(self) -> None:
         if self._signal_installed:
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
             self._signal_installed = False
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     async def _watch(self, interval: float) -> None:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.core.messages import (
     MessageFormatError,
+    Part,
     from_anthropic,
     from_any,
     from_body,
     from_openai_chat,
     from_openai_responses,
+    make_message,
+    text_message,
 )
 
 OPENAI_CHAT = {
@@ -145,3 +149,19 @@ def test_digest_distinguishes_role_and_content(a: str, b: str) -> None:
     if a:
         assert ua[0].digest != ab[0].digest
     assert (ua[0].digest == ub[0].digest) == (a == b)
+
+
+def test_digests_are_stable_values() -> None:
+    """Digests are persisted (state stores, lineage): their values must never change."""
+    m = make_message(
+        "assistant",
+        (
+            Part("text", "héllo"),
+            Part("tool_call", '{"a":1}', tool_name="f", tool_call_id="c1"),
+            Part("binary", payload_digest="abc"),
+            Part("tool_result", "x", is_error=True),
+        ),
+        name="bob",
+    )
+    assert m.digest == "2b995bc33b5982600ff3c0839537ffde"
+    assert text_message("user", "hello").digest == "5042293f747025f26187fe5446f2cf65"

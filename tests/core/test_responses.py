@@ -36,9 +36,8 @@ async def _call(fake: FakeUpstream, api: str, stream: bool) -> tuple[Any, list[b
     body = dict(body, stream=stream)
     if stream and api == "chat":
         body["stream_options"] = {"include_usage": True}
-    async with aiohttp.ClientSession() as s:
-        async with s.post(fake.url + path, json=body, headers=headers) as r:
-            raw = await r.read()
+    async with aiohttp.ClientSession() as s, s.post(fake.url + path, json=body, headers=headers) as r:
+        raw = await r.read()
     if not stream:
         return json.loads(raw), []
     events = [e + b"\n\n" for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]

@@ -41,7 +41,7 @@ def test_anthropic_metadata_user_id_session_suffix() -> None:
     uid = f"user_5f1e0a_account_2b7c9d1e-0000-4000-8000-000000000000_session_{SESSION}"
     got = explicit_id({}, {"metadata": {"user_id": uid}})
     assert got is not None and (got.value, got.source) == (SESSION, "body:metadata.user_id")
-    js = '{"device_id": "d", "session_id": "%s"}' % SESSION
+    js = f'{{"device_id": "d", "session_id": "{SESSION}"}}'
     assert explicit_id({}, {"metadata": {"user_id": js}}).value == SESSION  # type: ignore[union-attr]
 
 

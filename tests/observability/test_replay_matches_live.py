@@ -77,7 +77,7 @@ async def _live(path: Path) -> tuple[list[dict[str, Any]], int]:
         await up_runner.cleanup()
     assert len(client_requests) == len(upstream_bodies)  # nothing rejected: pairs line up
     with path.open("w", encoding="utf-8") as fh:
-        for (body, headers), response in zip(client_requests, upstream_bodies):
+        for (body, headers), response in zip(client_requests, upstream_bodies, strict=True):
             line = {"request": body, "response": response}
             if headers:
                 line["headers"] = headers

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.core.identifiers.catalog import Catalog
-from proxy.policy import load_policy
-from proxy.policy import detectors
+from proxy.policy import detectors, load_policy
 
 
 @pytest.fixture

@@ -135,5 +135,5 @@ def test_load_file_and_empty(tmp_path: Path) -> None:
 
 
 def test_non_scalar_key() -> None:
-    with pytest.raises(ConfigError, match="x.yaml:1: mapping keys must be scalars"):
+    with pytest.raises(ConfigError, match=r"x\.yaml:1: mapping keys must be scalars"):
         yamlconf.load_text("? [a]\n: 1\n", "x.yaml")

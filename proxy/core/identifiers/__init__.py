@@ -19,8 +19,25 @@ stored or re-injected; use ``Identifier.display`` / ``context`` / ``norm`` (fing
 
 from .catalog import Catalog, CatalogError, Example, Rule
 from .commands import CallClass, classify_call, classify_command, command_of, is_shell_tool
-from .extract import DEFAULT_CACHE, Match, ScanCache, extract_snapshot, extract_text, scan_text, snapshot_calls
-from .model import LOCATOR_KINDS, SYSTEM_INDEX, TOOLS_INDEX, Identifier, Origin, Source, fingerprint, redact
+from .extract import (
+    DEFAULT_CACHE,
+    Match,
+    ScanCache,
+    extract_snapshot,
+    extract_text,
+    scan_text,
+    snapshot_calls,
+)
+from .model import (
+    LOCATOR_KINDS,
+    SYSTEM_INDEX,
+    TOOLS_INDEX,
+    Identifier,
+    Origin,
+    Source,
+    fingerprint,
+    redact,
+)
 from .normalize import (
     Relation,
     find_altered_in_text,
@@ -30,27 +47,33 @@ from .normalize import (
     normalize,
     relation,
 )
-from .regen import STABLE_NAME_KINDS, CallRecord, RegenPolicy, default_regenerable, mark_regenerability
+from .regen import (
+    STABLE_NAME_KINDS,
+    CallRecord,
+    RegenPolicy,
+    default_regenerable,
+    mark_regenerability,
+)
 
 __all__ = [
+    "DEFAULT_CACHE",
+    "LOCATOR_KINDS",
+    "STABLE_NAME_KINDS",
+    "SYSTEM_INDEX",
+    "TOOLS_INDEX",
     "CallClass",
     "CallRecord",
     "Catalog",
     "CatalogError",
-    "DEFAULT_CACHE",
     "Example",
     "Identifier",
-    "LOCATOR_KINDS",
     "Match",
     "Origin",
     "RegenPolicy",
     "Relation",
     "Rule",
-    "STABLE_NAME_KINDS",
-    "SYSTEM_INDEX",
     "ScanCache",
     "Source",
-    "TOOLS_INDEX",
     "classify_call",
     "classify_command",
     "command_of",

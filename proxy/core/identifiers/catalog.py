@@ -57,21 +57,22 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import yaml
+
+from .filters import DEFAULT_FILTERS, FILTERS, REGEX_FILTERS, Filter, combined_filter
+from .validators import VALIDATORS, Validator
 
 # Rules compile with the standard library engine; the scanner (see .scanner) keeps
 # every pattern off the bulk of a text, so engine speed on full scans matters little.
 _engine = re
 
-from .filters import DEFAULT_FILTERS, FILTERS, REGEX_FILTERS, Filter, combined_filter
-from .validators import VALIDATORS, Validator
-
-__all__ = ["Catalog", "CatalogError", "Rule", "Example", "DEFAULT_RULES_FILE"]
+__all__ = ["DEFAULT_RULES_FILE", "Catalog", "CatalogError", "Example", "Rule"]
 
 DEFAULT_RULES_FILE = "detectors.yaml"
 
@@ -138,7 +139,7 @@ class Rule:
     max_len: int = 0
     #: The rule's regex-backed filters combined into one pattern (fullmatch = exclude),
     #: and its other filters; together equivalent to ``filters``.
-    filter_rx: "re.Pattern[str] | None" = None
+    filter_rx: re.Pattern[str] | None = None
     filter_fns: tuple[Filter, ...] = ()
     #: A character-run prefilter (``hex``: 7+ hex digits; ``alnum26``: 26+ alphanumerics;
     #: ``underscore8``: ``_`` then 8+ alphanumerics), computed once per text.
@@ -158,7 +159,7 @@ class Rule:
     #: Characters that may precede an anchor inside the identifier (``/`` in a path,
     #: ``://`` in a URL): the match starts at the left end of their run (a ``bytes``
     #: pattern run over the reversed ASCII view of the text).
-    expand: "re.Pattern[bytes] | None" = None
+    expand: re.Pattern[bytes] | None = None
     raw: str = field(default="", compare=False, repr=False)
 
 
@@ -488,6 +489,9 @@ class Catalog:
     rules: tuple[Rule, ...]
     allowlist: tuple[_Allow, ...] = ()
     fingerprint: str = ""
+    #: Derived in ``__post_init__``: rules by id, and rules by descending priority.
+    _by_id: dict[str, Rule] = field(init=False, repr=False, compare=False)
+    _scan_order: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ids = [r.id for r in self.rules]
@@ -508,12 +512,12 @@ class Catalog:
     # -- construction
 
     @classmethod
-    def from_yaml(cls, text: str, name: str = "<rules>") -> "Catalog":
+    def from_yaml(cls, text: str, name: str = "<rules>") -> Catalog:
         """Compile a rule file's text (a list of rules or ``{rules: [...]}``)."""
         return cls(tuple(compile_rule(r, name) for r in _load_yaml(text, name)))
 
     @classmethod
-    def load_default(cls) -> "Catalog":
+    def load_default(cls) -> Catalog:
         """The shipped detectors (``detectors.yaml``), compiled once and cached."""
         return _default_catalog()
 
@@ -524,9 +528,9 @@ class Catalog:
         disabled: Iterable[str] = (),
         allowlist: Iterable[str | re.Pattern[str]] = (),
         *,
-        base: "Catalog | None" = None,
+        base: Catalog | None = None,
         origin: str = "<policy>",
-    ) -> "Catalog":
+    ) -> Catalog:
         """A catalog derived from ``base`` (default: the shipped one).
 
         - ``extra_rules``: raw rule mappings (same schema as the YAML); a rule with the id
@@ -548,18 +552,15 @@ class Catalog:
 
     def rule(self, rule_id: str) -> Rule:
         """The rule with id ``rule_id`` (``KeyError`` if absent)."""
-        by_id: dict[str, Rule] = getattr(self, "_by_id")
-        return by_id[rule_id]
+        return self._by_id[rule_id]
 
     def get(self, rule_id: str) -> Rule | None:
-        by_id: dict[str, Rule] = getattr(self, "_by_id")
-        return by_id.get(rule_id)
+        return self._by_id.get(rule_id)
 
     @property
     def scan_order(self) -> tuple[Rule, ...]:
         """Rules by descending priority (the scanner's order)."""
-        order: tuple[Rule, ...] = getattr(self, "_scan_order")
-        return order
+        return self._scan_order
 
     @property
     def kinds(self) -> frozenset[str]:

@@ -23,16 +23,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = [
-    "CallClass",
     "SHELL_TOOLS",
-    "is_shell_tool",
-    "command_of",
-    "classify_command",
+    "CallClass",
     "classify_call",
+    "classify_command",
+    "command_of",
+    "is_shell_tool",
     "split_segments",
 ]
 
@@ -829,7 +830,7 @@ def _dispatch(prog: str, args: list[str], raw: str) -> _Seg:
             return _ro("ruff check")
         if "--check" in args or "--diff" in args or "-l" in args or "--list-different" in joined:
             return _ro(f"{prog} --check")
-        if prog == "ruff" and not args[:1] == ["format"]:
+        if prog == "ruff" and args[:1] != ["format"]:
             return _ro("ruff")
         return _mut(prog, "fs")
     if prog in _READ_ONLY_PROGRAMS:

@@ -34,12 +34,12 @@ import bisect
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
 
 from proxy.core.messages import TEXTUAL_KINDS, Message, Part, Snapshot
 
-from .catalog import Catalog, Rule
+from .catalog import Catalog
 from .commands import CallClass, classify_call
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Origin, Source, redact
 from .normalize import normalize
@@ -47,12 +47,12 @@ from .regen import CallRecord, RegenPolicy, default_regenerable, mark_regenerabi
 from .scanner import Cand, candidates
 
 __all__ = [
+    "DEFAULT_CACHE",
     "Match",
     "ScanCache",
-    "DEFAULT_CACHE",
-    "scan_text",
-    "extract_text",
     "extract_snapshot",
+    "extract_text",
+    "scan_text",
     "snapshot_calls",
 ]
 
@@ -123,7 +123,7 @@ DEFAULT_CACHE = ScanCache()
 class _Intervals:
     """Disjoint half-open intervals sorted by start, with overlap queries."""
 
-    __slots__ = ("starts", "items")
+    __slots__ = ("items", "starts")
 
     def __init__(self) -> None:
         self.starts: list[int] = []

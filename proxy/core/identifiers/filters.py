@@ -11,25 +11,25 @@ may add more with ``filters``. Filters must be cheap: they run on every candidat
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 __all__ = [
-    "Filter",
-    "FILTERS",
     "DEFAULT_FILTERS",
+    "FILTERS",
+    "REGEX_FILTERS",
+    "Filter",
+    "combined_filter",
     "is_date",
+    "is_example_url",
+    "is_placeholder",
+    "is_plain_number",
+    "is_port",
+    "is_template",
     "is_time",
     "is_version",
-    "is_port",
-    "is_year",
-    "is_plain_number",
     "is_word",
-    "is_placeholder",
-    "is_example_url",
-    "is_template",
-    "REGEX_FILTERS",
-    "combined_filter",
+    "is_year",
 ]
 
 Filter = Callable[[str], bool]
@@ -67,7 +67,7 @@ def _piece(name: str) -> str:
     return f"(?{flags}:{body})" if flags else f"(?:{body})"
 
 
-def combined_filter(names: "Iterable[str]") -> "re.Pattern[str] | None":
+def combined_filter(names: Iterable[str]) -> re.Pattern[str] | None:
     """One regex that fullmatches a value iff any of the named regex filters would."""
     pieces = [_piece(n) for n in names if n in REGEX_FILTERS]
     return re.compile("|".join(pieces)) if pieces else None

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
-    "Origin",
-    "Source",
-    "Identifier",
+    "LOCATOR_KINDS",
     "SYSTEM_INDEX",
     "TOOLS_INDEX",
-    "redact",
+    "Identifier",
+    "Origin",
+    "Source",
     "fingerprint",
-    "LOCATOR_KINDS",
+    "redact",
 ]
 
 Origin = Literal["system", "user", "assistant", "tool_call", "tool_result", "thinking", "tool_def"]

@@ -25,15 +25,15 @@ from .model import fingerprint
 __all__ = [
     "HEX_KINDS",
     "PREFIX_KINDS",
-    "normalize",
-    "trim_value",
-    "is_prefix_alias",
-    "is_alias",
-    "is_altered",
-    "relation",
     "Relation",
     "edit_distance",
     "find_altered_in_text",
+    "is_alias",
+    "is_altered",
+    "is_prefix_alias",
+    "normalize",
+    "relation",
+    "trim_value",
 ]
 
 #: Kinds whose values are hexadecimal (case-insensitive) wholly or in their id part.
@@ -275,7 +275,7 @@ def is_altered(a_norm: str, b_norm: str, kind: str) -> bool:
         return False  # other paths are other files, not alterations
     if kind in ("uuid", "mysql_gtid"):
         sa, sb = a_norm.split("-"), b_norm.split("-")
-        if len(sa) == len(sb) >= 5 and sum(x == y for x, y in zip(sa, sb)) >= len(sa) - 2:
+        if len(sa) == len(sb) >= 5 and sum(x == y for x, y in zip(sa, sb, strict=False)) >= len(sa) - 2:
             return True
     if kind == "kafka_offset":
         ta, _, oa = a_norm.rpartition("@")

@@ -23,12 +23,12 @@ Rules, in order (all pure; policies may override per kind or per tool):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from .model import LOCATOR_KINDS, Identifier, Source
 
-__all__ = ["CallRecord", "RegenPolicy", "STABLE_NAME_KINDS", "default_regenerable", "mark_regenerability"]
+__all__ = ["STABLE_NAME_KINDS", "CallRecord", "RegenPolicy", "default_regenerable", "mark_regenerability"]
 
 #: Kinds exempt from read-before-write: names that still resolve after a mutation.
 STABLE_NAME_KINDS: frozenset[str] = LOCATOR_KINDS | frozenset({"k8s_resource", "terraform_address"})

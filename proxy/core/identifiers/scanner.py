@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from .catalog import Catalog, Rule
 from .normalize import trim_value
 
-__all__ = ["Cand", "TextIndex", "candidates", "PREFILTERS"]
+__all__ = ["PREFILTERS", "Cand", "TextIndex", "candidates"]
 
 Window = tuple[int, int]
 
@@ -116,7 +117,7 @@ _IS_UPPER = [65 <= c <= 90 for c in range(256)]
 class TextIndex:
     """Lazily computed, shared facts about one text."""
 
-    __slots__ = ("text", "ab", "low", "n", "_tokens", "_pos", "_wpos", "_runs", "_rev", "_has")
+    __slots__ = ("_has", "_pos", "_rev", "_runs", "_tokens", "_wpos", "ab", "low", "n", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -353,14 +354,17 @@ def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str) -> Ite
         hits = sorted(set(hs))
     # gate: required context keywords
     ctx_wins: list[Window] | None = None
-    if rule.context_required is not None and rule.context_literals:
-        if not (src_ctx and rule.context_required.search(src_ctx)):
-            present_c = [(k, w) for k, w in rule.context_literals if idx.has(k, w)]
-            if not present_c:
-                return
-            if rule.scope == "window" and hits is None and rule.prefilter is None:
-                # nothing else narrows the search: windows around the keywords
-                ctx_wins = _context_windows(rule, idx, present_c)
+    if (
+        rule.context_required is not None
+        and rule.context_literals
+        and not (src_ctx and rule.context_required.search(src_ctx))
+    ):
+        present_c = [(k, w) for k, w in rule.context_literals if idx.has(k, w)]
+        if not present_c:
+            return
+        if rule.scope == "window" and hits is None and rule.prefilter is None:
+            # nothing else narrows the search: windows around the keywords
+            ctx_wins = _context_windows(rule, idx, present_c)
     # prefilter runs
     runs: list[Window] | None = None
     if rule.prefilter is not None:
@@ -433,9 +437,12 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
     # non-nesting candidate with the very same span always loses, so skip its validation
     claimed: set[tuple[int, int]] = set()
     for rule in catalog.scan_order:
-        if rule.scope == "text" and rule.context_required is not None:
-            if not (any(ix.has(k, w) for k, w in rule.context_literals) or rule.context_required.search(src_ctx)):
-                continue
+        if (
+            rule.scope == "text"
+            and rule.context_required is not None
+            and not (any(ix.has(k, w) for k, w in rule.context_literals) or rule.context_required.search(src_ctx))
+        ):
+            continue
         # context: a regex on a small slice per candidate; once a rule has many
         # candidates, a bisect in the keywords' positions (computed once) is cheaper
         need_ctx = (

@@ -14,17 +14,17 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Callable, Mapping
 
 from .filters import is_word
 
 __all__ = [
-    "Validator",
     "VALIDATORS",
-    "shannon_entropy",
+    "Validator",
     "fragmentation",
     "looks_opaque",
+    "shannon_entropy",
 ]
 
 Validator = Callable[[str], bool]
@@ -166,7 +166,7 @@ def path_shape(v: str) -> bool:
     if not comps or all(c == ".." for c in comps):
         return False
     last = comps[-1]
-    has_ext = bool(_EXT_RE.search(last)) and not last.startswith(".") or (last.startswith(".") and len(last) > 2)
+    has_ext = (bool(_EXT_RE.search(last)) and not last.startswith(".")) or (last.startswith(".") and len(last) > 2)
     if any(c.isdigit() for c in p.replace("/", "")) and all(c.isdigit() or c in "/.-" for c in p):
         return False  # 1/2, 12/05/2024, 3.5/4
     if v.startswith("/"):
@@ -225,9 +225,7 @@ def secret_value(v: str) -> bool:
     function call or word."""
     if len(v) < 6 or v[0] in "$%{<(" or "(" in v or "os.environ" in v or "getenv" in v:
         return False
-    if is_word(v):
-        return False
-    return True
+    return not is_word(v)
 
 
 def not_all_digits(v: str) -> bool:

@@ -125,7 +125,7 @@ def test_duplicate_keys_are_errors() -> None:
 
 
 def test_catalog_is_immutable_and_hashable() -> None:
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever a frozen dataclass raises
         _CAT.rules = ()  # type: ignore[misc]
     assert hash(_CAT) == hash(Catalog.load_default())
     assert Catalog.load_default() is _CAT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from ident_helpers import found, tool_source, values
 
 from proxy.core.identifiers import (
     Identifier,
@@ -15,8 +16,6 @@ from proxy.core.identifiers import (
     redact,
 )
 from proxy.core.messages import Part, Snapshot, ToolDef, from_openai_chat, make_message
-
-from ident_helpers import found, tool_source, values
 
 SHA = "4ab09790de1eec4f5973f19c2dc3d58654165a62"
 UUID = "a989aba5-6cbc-478c-8fc5-f6e6c01f99f5"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ident_helpers import found, tool_source
 
 PROSE = """\

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.identifiers import find_altered_in_text, is_alias, is_altered, is_prefix_alias, normalize, relation
+from proxy.core.identifiers import (
+    find_altered_in_text,
+    is_alias,
+    is_altered,
+    is_prefix_alias,
+    normalize,
+    relation,
+)
 from proxy.core.identifiers.normalize import edit_distance, trim_value
 
 SHA = "4ab09790de1eec4f5973f19c2dc3d58654165a62"

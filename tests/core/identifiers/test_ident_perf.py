@@ -18,7 +18,7 @@ BUDGET_S = 0.25  # generous upper bound; typical is 15-45 ms on a laptop-class c
 
 def _tool_output(size: int = 200_000, seed: int = 7) -> str:
     rnd = random.Random(seed)
-    hexs = lambda n: "".join(rnd.choice("0123456789abcdef") for _ in range(n))  # noqa: E731
+    hexs = lambda n: "".join(rnd.choice("0123456789abcdef") for _ in range(n))
     lines: list[str] = []
     total = 0
     while total < size:

@@ -33,7 +33,7 @@ punct = st.sampled_from([" ", " ", " ", ", ", ". ", "; ", "\n", " (", ") "])
 def prose(draw: st.DrawFn, tokens: st.SearchStrategy[str] = prose_word, max_words: int = 60) -> str:
     ws = draw(st.lists(tokens, min_size=1, max_size=max_words))
     seps = draw(st.lists(punct, min_size=len(ws), max_size=len(ws)))
-    return "".join(w + s for w, s in zip(ws, seps)).strip()
+    return "".join(w + s for w, s in zip(ws, seps, strict=True)).strip()
 
 
 @st.composite
