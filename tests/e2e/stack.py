@@ -7,16 +7,16 @@ import json
 import urllib.request
 from typing import Any
 
-from proxy.config import ProxyConfig, ServerSettings, StateSettings, Upstream
+from proxy.config import ProxyConfig, ServerSettings, StateSettings
 from proxy.gate.interceptor import GateInterceptor
 from proxy.gate.wiring import build_gate, install_gate
 from proxy.server.app import create_app
 from proxy.server.runner import RunningServer, start_server
-from tests.support import BackgroundLoop
+from tests.support import BackgroundLoop, RunningStack, fake_upstreams
 from tests.support.fake_upstream import FakeUpstream, Responder
 
 
-class GateStack:
+class GateStack(RunningStack):
     def __init__(self, policy: str, responder: Responder, *, watch: bool = False) -> None:
         self.bg = BackgroundLoop()
         self.fake = FakeUpstream(responder)
@@ -24,10 +24,7 @@ class GateStack:
             self.bg.run(self.fake.start())
             self.config = ProxyConfig(
                 server=ServerSettings(port=0),
-                upstreams=(
-                    Upstream(name="openai", base_url=self.fake.openai_base_url, dialect="openai"),
-                    Upstream(name="anthropic", base_url=self.fake.anthropic_base_url, models=("claude-*",), dialect="anthropic"),
-                ),
+                upstreams=fake_upstreams(self.fake),
                 state=StateSettings(backend="memory"),
                 policy=policy,
             )
@@ -45,14 +42,6 @@ class GateStack:
             self.bg.close()
             raise
 
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
-    def openai_base_url(self) -> str:
-        return self.server.url + "/v1"
-
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         req = urllib.request.Request(self.url + path, headers=headers or {})
         try:
@@ -66,10 +55,3 @@ class GateStack:
         status, body = self.get("/gate/events?limit=1000" + ("&" + qs if qs else ""))
         assert status == 200, body
         return body["events"]
-
-    def close(self) -> None:
-        try:
-            self.bg.run(self.server.stop())
-            self.bg.run(self.fake.close())
-        finally:
-            self.bg.close()

@@ -23,7 +23,7 @@ from proxy.server.hooks import Decision, Exchange, Interceptor, NoopInterceptor
 from proxy.server.runner import RunningServer, start_server
 from tests.support.fake_upstream import FakeUpstream
 
-__all__ = ["BackgroundLoop", "ProxyStack", "SwitchableInterceptor"]
+__all__ = ["BackgroundLoop", "ProxyStack", "RunningStack", "SwitchableInterceptor", "fake_upstreams"]
 
 T = TypeVar("T")
 
@@ -60,7 +60,46 @@ class SwitchableInterceptor:
         return await self.current.before(ex)
 
 
-class ProxyStack:
+def fake_upstreams(fake: FakeUpstream) -> tuple[Upstream, ...]:
+    """The proxy's upstreams in front of ``fake``: OpenAI by default, Anthropic for
+    ``claude-*`` models."""
+    return (
+        Upstream(name="openai", base_url=fake.openai_base_url, dialect="openai"),
+        Upstream(
+            name="anthropic",
+            base_url=fake.anthropic_base_url,
+            models=("claude-*",),
+            dialect="anthropic",
+        ),
+    )
+
+
+class RunningStack:
+    """A running proxy ``server`` and its ``fake`` upstream on the background loop ``bg``."""
+
+    bg: BackgroundLoop
+    fake: FakeUpstream
+    server: RunningServer
+
+    @property
+    def url(self) -> str:
+        """Proxy origin, e.g. ``http://127.0.0.1:PORT`` (Anthropic SDK base URL)."""
+        return self.server.url
+
+    @property
+    def openai_base_url(self) -> str:
+        """Proxy base URL for OpenAI SDKs (``…/v1``)."""
+        return self.server.url + "/v1"
+
+    def close(self) -> None:
+        try:
+            self.bg.run(self.server.stop())
+            self.bg.run(self.fake.close())
+        finally:
+            self.bg.close()
+
+
+class ProxyStack(RunningStack):
     """Fake upstream + proxy in a background loop (see module docstring)."""
 
     def __init__(
@@ -79,15 +118,7 @@ class ProxyStack:
             settings = server or ServerSettings(port=0)
             self.config = ProxyConfig(
                 server=dataclasses.replace(settings, port=0),
-                upstreams=(
-                    Upstream(name="openai", base_url=self.fake.openai_base_url, dialect="openai"),
-                    Upstream(
-                        name="anthropic",
-                        base_url=self.fake.anthropic_base_url,
-                        models=("claude-*",),
-                        dialect="anthropic",
-                    ),
-                ),
+                upstreams=fake_upstreams(self.fake),
                 gate=gate or GateSettings(),
             )
             self.app = create_app(self.config, self._switch)
@@ -111,20 +142,3 @@ class ProxyStack:
     @interceptor.setter
     def interceptor(self, value: Interceptor) -> None:
         self._switch.current = value
-
-    @property
-    def url(self) -> str:
-        """Proxy origin, e.g. ``http://127.0.0.1:PORT`` (Anthropic SDK base URL)."""
-        return self.server.url
-
-    @property
-    def openai_base_url(self) -> str:
-        """Proxy base URL for OpenAI SDKs (``…/v1``)."""
-        return self.server.url + "/v1"
-
-    def close(self) -> None:
-        try:
-            self.bg.run(self.server.stop())
-            self.bg.run(self.fake.close())
-        finally:
-            self.bg.close()
