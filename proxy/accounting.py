@@ -236,7 +236,8 @@ class TokenAccounting:
             enc = get_encoding(tokenizer.split(":", 1)[1] if tokenizer.startswith("tiktoken:") else "cl100k_base")
 
             def fn(text: str, _enc: Any = enc) -> int:
-                return len(_enc.encode(text, disallowed_special=()))
+                # tiktoken documents this as ``encode(text, disallowed_special=())``
+                return len(_enc.encode_ordinary(text))
 
             self._counters[tokenizer] = fn
         return fn

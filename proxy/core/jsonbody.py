@@ -38,17 +38,20 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["ARRAY_KEYS", "BodyCache", "ParseStats", "walk"]
 
 #: Top-level keys whose array value is parsed element by element (the message history).
 ARRAY_KEYS: frozenset[str] = frozenset({"messages", "input"})
 
-_ws = re.compile(r"[ \t\n\r]*").match  # json.decoder.WHITESPACE
-_scan_once = json.JSONDecoder().scan_once  # the C scanner with json.loads' defaults
-_scanstring = json.decoder.scanstring
+#: json.decoder.WHITESPACE (always matches, possibly empty)
+_ws = cast("Callable[[str, int], re.Match[str]]", re.compile(r"[ \t\n\r]*").match)
+#: the C scanner with json.loads' defaults: (value, end) or StopIteration
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 _detect_encoding = json.detect_encoding
 
 
@@ -282,7 +285,7 @@ class BodyCache:
                 self._add(entry, replaces=base if k == len(base.ends) else None)
                 return value
             value, new = walk(raw, scope)
-        except Exception:  # _Bail, a syntax error, a too-deep nesting...
+        except Exception:  # noqa: BLE001 - _Bail, a syntax error, a too-deep nesting...
             self.stats.fallbacks += 1
             return json.loads(raw)  # the canonical value, or the canonical error
         self.stats.walks += 1

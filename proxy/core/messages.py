@@ -19,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
 PartKind = Literal["text", "tool_call", "tool_result", "thinking", "binary", "opaque"]
@@ -109,23 +110,23 @@ class Snapshot:
 
 
 def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(role.encode())
-    h.update(b"\x00")
-    h.update((name or "").encode())
+    # one update of the joined fields: the same digest as feeding them one by one
+    chunks = [role.encode(), b"\x00", (name or "").encode()]
     for p in parts:
-        h.update(b"\x01")
-        h.update(p.kind.encode())
-        h.update(b"\x00")
-        h.update(p.text.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-        h.update((p.tool_name or "").encode())
-        h.update(b"\x00")
-        h.update((p.tool_call_id or "").encode())
-        h.update(b"\x00")
-        h.update((p.payload_digest or "").encode())
-        h.update(b"\x01" if p.is_error else b"\x00")
-    return h.hexdigest()
+        chunks += (
+            b"\x01",
+            p.kind.encode(),
+            b"\x00",
+            p.text.encode("utf-8", "surrogatepass"),
+            b"\x00",
+            (p.tool_name or "").encode(),
+            b"\x00",
+            (p.tool_call_id or "").encode(),
+            b"\x00",
+            (p.payload_digest or "").encode(),
+            b"\x01" if p.is_error else b"\x00",
+        )
+    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
 
 
 def make_message(role: Role, parts: Iterable[Part], name: str | None = None) -> Message:

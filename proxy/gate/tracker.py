@@ -181,7 +181,7 @@ class Tracker:
         if self._started:
             return
         self._started = True
-        preload = _in_daemon_thread(self.accounting.preload)
+        preload = _in_daemon_thread(self._preload)
         _in_daemon_thread(self.accounting.preload_litellm)
         await self.store.open()
         recs = await self.store.load(self.config.max_timeline)
@@ -191,6 +191,11 @@ class Tracker:
             self.index.upsert(self._history(rec))
         self._evict(self.clock())
         await preload
+
+    def _preload(self) -> None:
+        """What the first request would otherwise load: tokenizers, agent markers."""
+        self.accounting.preload()
+        _ = self.markers
 
     async def close(self) -> None:
         await self.store.close()

@@ -19,7 +19,6 @@ Rows written before chunking (``conversations.digests`` non-empty) are still rea
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sqlite3
 import threading

@@ -64,7 +64,7 @@ def _string(s: str, rng: random.Random) -> str:
         if ch in '"\\' or ord(ch) < 0x20:
             out.append(json.dumps(ch)[1:-1])
         elif r < 0.2 and ord(ch) < 0x10000:
-            out.append("\\u%04x" % ord(ch))
+            out.append(f"\\u{ord(ch):04x}")
         elif r < 0.25 and ch == "/":
             out.append("\\/")
         else:
@@ -163,10 +163,10 @@ def test_equals_json_loads_across_edits(head: list[tuple[str, Any]], key: str, m
         elif op == "drop_head" and items:
             del items[: n % len(items)]
         elif op == "tail":
-            body.tail = [*body.tail, ("k%d" % n, m)]
+            body.tail = [*body.tail, (f"k{n}", m)]
             body.tail_text = body._tail()
         elif op == "number":
-            items += [" %d" % n, " %d " % (n * 10 + 3)]
+            items += [f" {n}", f" {n * 10 + 3} "]
         elif op == "reformat":
             body.head_text = body._head()
         raw = body.text().encode("utf-8", "surrogatepass")

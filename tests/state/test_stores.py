@@ -154,13 +154,13 @@ async def test_sqlite_appending_rewrites_one_chunk(tmp_path: Path) -> None:
     await s.flush()
 
     def changes() -> int:
-        assert s._conn is not None  # noqa: SLF001
-        return s._conn.total_changes  # noqa: SLF001
+        assert s._conn is not None
+        return s._conn.total_changes
 
-    before = await s._call(changes)  # noqa: SLF001
+    before = await s._call(changes)
     s.save_conversation(_rec("c", ds))
     await s.flush()
-    assert await s._call(changes) - before == 2  # noqa: SLF001 - the conversation row and one chunk
+    assert await s._call(changes) - before == 2  # the conversation row and one chunk
     await s.close()
 
 
