@@ -37,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import aiohttp  # noqa: E402
-from aiohttp import web  # noqa: E402
+import aiohttp
+from aiohttp import web
 
 SYSTEM = "You are an operations agent. Keep every identifier you will need to undo a step."
 
@@ -221,7 +221,7 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
                 for name in order:
                     bodies = [a.next_body() for a in pops[name]]
                     t0 = time.perf_counter()
-                    dts = await asyncio.gather(*[one(targets[name], a, b) for a, b in zip(pops[name], bodies)])
+                    dts = await asyncio.gather(*[one(targets[name], a, b) for a, b in zip(pops[name], bodies, strict=True)])
                     if k >= warmup:
                         busy[name] += time.perf_counter() - t0
                         lat[name].extend(dts)
@@ -233,7 +233,7 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 # --------------------------------------------------------------------------- tracker CPU cost

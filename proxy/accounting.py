@@ -24,18 +24,20 @@ system prompt, the tool definitions and :data:`REPLY_OVERHEAD`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from proxy.core.messages import Message, Snapshot
 from proxy.tokenizer import encoding_name_for_model, get_encoding
 
-__all__ = ["ModelInfo", "TokenAccounting", "is_openai_model", "MESSAGE_OVERHEAD", "REPLY_OVERHEAD"]
+__all__ = ["MESSAGE_OVERHEAD", "REPLY_OVERHEAD", "ModelInfo", "TokenAccounting", "is_openai_model"]
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +101,8 @@ def _litellm() -> Any:
         _freeze_long_lived()
 
     for attr in ("disable_hf_tokenizer_download", "suppress_debug_info"):
-        try:
+        with contextlib.suppress(Exception):  # attribute missing in some versions
             setattr(litellm, attr, True)
-        except Exception:  # pragma: no cover - attribute missing in some versions
-            pass
     return litellm
 
 

@@ -35,6 +35,7 @@ Not thread-safe: use one cache per event loop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections import OrderedDict
@@ -339,9 +340,7 @@ class BodyCache:
         self._bytes -= len(entry.raw)
         entries = self._scopes.get(entry.scope)
         if entries is not None:
-            try:
+            with contextlib.suppress(ValueError):
                 entries.remove(entry)
-            except ValueError:
-                pass
             if not entries:
                 del self._scopes[entry.scope]

@@ -34,8 +34,9 @@ Contracts:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 __all__ = [
     "History",

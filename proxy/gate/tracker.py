@@ -28,6 +28,7 @@ become conversation ids).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -35,11 +36,20 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from proxy.accounting import TokenAccounting
-from proxy.core.lineage import History, LineageIndex, Match, Probe, Relation, line_fingerprints, match
+from proxy.core.lineage import (
+    History,
+    LineageIndex,
+    Match,
+    Probe,
+    Relation,
+    line_fingerprints,
+    match,
+)
 from proxy.core.markers import Markers, default_markers, fold
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
@@ -50,7 +60,7 @@ from proxy.state.memory import MemoryStore
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
 from proxy.state.store import Store
 
-__all__ = ["Observation", "Tracker", "TrackerConfig", "TrackingInterceptor", "TrackingTap", "TRACKED_KINDS"]
+__all__ = ["TRACKED_KINDS", "Observation", "Tracker", "TrackerConfig", "TrackingInterceptor", "TrackingTap"]
 
 log = logging.getLogger(__name__)
 
@@ -669,10 +679,8 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
             outcome = (True, fn(*args))
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
             outcome = (False, exc)
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             loop.call_soon_threadsafe(deliver, *outcome)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
 
     fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "not retrieved"
     threading.Thread(target=run, name=f"cg-{getattr(fn, '__name__', 'warm')}", daemon=True).start()
@@ -709,9 +717,9 @@ class TrackingTap:
         return body
 
     def feed_event(self, raw_event: bytes) -> list[bytes]:
-        try:
+        try:  # noqa: SIM105 - per SSE event: a plain try is cheaper than suppress()
             self._asm.feed(raw_event)
-        except Exception:
+        except Exception:  # noqa: BLE001 - observing must never break the stream
             pass
         return [raw_event]
 

@@ -19,16 +19,24 @@ Rows written before chunking (``conversations.digests`` non-empty) are still rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from proxy.core.messages import Message
-from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry, message_from_json, message_to_json
+from proxy.state.records import (
+    ConversationRecord,
+    GateEvent,
+    TimelineEntry,
+    message_from_json,
+    message_to_json,
+)
 from proxy.state.store import Store
 
 __all__ = ["SQLiteStore"]
@@ -190,10 +198,8 @@ class SQLiteStore(Store):
         except sqlite3.Error:
             log.exception("state: SQLite write failed; batch dropped")
             self._written.clear()  # unknown state: the next saves rewrite every chunk
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
         if self._need_gc and time.monotonic() - self._last_gc >= GC_INTERVAL:
             self._gc_sync()
 
@@ -305,7 +311,7 @@ class SQLiteStore(Store):
             out: dict[str, Message] = {}
             for i in range(0, len(wanted), 500):
                 chunk = wanted[i : i + 500]
-                q = "SELECT digest, body FROM messages WHERE digest IN (%s)" % ",".join("?" * len(chunk))
+                q = f"SELECT digest, body FROM messages WHERE digest IN ({','.join('?' * len(chunk))})"
                 for d, body in self._conn.execute(q, chunk):
                     out[d] = message_from_json(body)
             return out

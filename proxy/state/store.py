@@ -9,7 +9,7 @@ coroutines and always see every write enqueued before them (read-your-writes).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Iterable
+from collections.abc import Iterable
 
 from proxy.core.messages import Message
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
@@ -21,13 +21,13 @@ class Store(ABC):
     """Durable conversation state: records, messages by digest, text blobs by hash,
     timeline entries and events."""
 
-    async def open(self) -> None:
+    async def open(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Prepare the store (create schema, start workers)."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Flush pending writes and release resources."""
 
-    async def flush(self) -> None:
+    async def flush(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Wait until every write enqueued so far is durable."""
 
     @abstractmethod

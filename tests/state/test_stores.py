@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from proxy.core.messages import Part, make_message, text_message
-from proxy.state import ConversationRecord, GateEvent, MemoryStore, SQLiteStore, Store, TimelineEntry
+from proxy.state import (
+    ConversationRecord,
+    GateEvent,
+    MemoryStore,
+    SQLiteStore,
+    Store,
+    TimelineEntry,
+)
 
 
 def _rec(cid: str, digests: tuple[str, ...]) -> ConversationRecord:
