@@ -30,7 +30,8 @@ reuses them (that is what makes them free). Callers must treat results as read-o
 list itself are fresh for every call, so ``body["messages"] = [...]`` or
 ``list(body["messages"]).append(...)`` are safe; mutating a message dict in place is not.
 
-Not thread-safe: use one cache per event loop.
+Thread-safe (a lock around each call): the server shares one cache per process, and
+tests run servers on several event loops.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -262,20 +264,26 @@ class BodyCache:
         self._scopes: dict[str, list[_Entry]] = {}  # most recent last
         self._lru: OrderedDict[int, _Entry] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def clear(self) -> None:
-        self._scopes.clear()
-        self._lru.clear()
-        self._bytes = 0
+        with self._lock:
+            self._scopes.clear()
+            self._lru.clear()
+            self._bytes = 0
 
     def loads(self, raw: bytes, scope: str = "") -> Any:
         """``json.loads(raw)``, reusing the parse of a recent body of ``scope``."""
         if len(raw) < self.min_size or type(raw) is not bytes or _detect_encoding(raw) != "utf-8":
             self.stats.fallbacks += 1
             return json.loads(raw)
+        with self._lock:
+            return self._loads(raw, scope)
+
+    def _loads(self, raw: bytes, scope: str) -> Any:
         try:
             base, k = self._best(raw, scope)
             if base is not None:

@@ -307,3 +307,22 @@ def test_bounded() -> None:
     for i in range(20):
         cache.loads(json.dumps({"messages": [f"c{i}" + "x" * 900] * 5}).encode(), f"s{i}")
     assert cache._bytes <= 10_000
+
+
+def test_threads_share_one_cache() -> None:
+    """The server keeps one cache per process and tests run servers on several loops."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = BodyCache(min_size=0, max_per_scope=3)
+
+    def agent(seed: int) -> bool:
+        msgs: list[Any] = []
+        for i in range(60):
+            msgs.append({"role": "user", "content": f"agent {seed % 3} message {i}"})
+            raw = json.dumps({"model": "m", "messages": msgs}).encode()
+            if cache.loads(raw, f"t{seed % 2}") != json.loads(raw):
+                return False
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(agent, range(16)))
