@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 MESSAGE_OVERHEAD = 3
 REPLY_OVERHEAD = 3
 _CACHE_MAX = 200_000
+#: Texts up to this many characters (tool names, short arguments, "continue") are also
+#: counted once per tokenizer and text, whichever message they appear in.
+_SHORT_TEXT = 256
+_SHORT_MAX = 20_000
 
 _OPENAI_PREFIXES = (
     "gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding", "text-davinci", "davinci", "babbage",
@@ -133,6 +137,7 @@ class TokenAccounting:
         self._counters: dict[str, Callable[[str], int]] = {}
         self._cache: dict[tuple[str, str], int] = {}
         self._text_cache: dict[tuple[str, str], int] = {}
+        self._short: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._warming: set[str] = set()
 
@@ -264,12 +269,24 @@ class TokenAccounting:
             n = MESSAGE_OVERHEAD
             for p in msg.parts:
                 if p.kind in ("text", "tool_call", "tool_result", "thinking") and p.text:
-                    n += fn(p.text)
+                    n += self._count_part(tok, fn, p.text)
                 if p.kind == "tool_call" and p.tool_name:
-                    n += fn(p.tool_name) + 1
+                    n += self._count_part(tok, fn, p.tool_name) + 1
             if msg.name:
                 n += 1
             self._remember(self._cache, key, n)
+        return n
+
+    def _count_part(self, tok: str, fn: Callable[[str], int], text: str) -> int:
+        if len(text) > _SHORT_TEXT:
+            return fn(text)
+        key = (tok, text)
+        n = self._short.get(key)
+        if n is None:
+            n = fn(text)
+            if len(self._short) >= _SHORT_MAX:
+                self._short.clear()
+            self._short[key] = n
         return n
 
     def count_keyed_text(self, model: str | None, key: str, text: str | Callable[[], str]) -> int:

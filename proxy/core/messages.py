@@ -253,6 +253,13 @@ def from_openai_chat(body: Mapping[str, Any]) -> Snapshot:
     )
 
 
+def openai_chat_tail(items: Iterable[Any]) -> tuple[Message, ...]:
+    """Normalise OpenAI chat messages that follow at least one non-system message (a
+    system or developer message there is part of the history, not the system prompt):
+    what ``from_openai_chat`` gives for them after a leading user message."""
+    return tuple(_openai_chat_message(raw)[1] for raw in items)
+
+
 # --------------------------------------------------------------------------- Anthropic
 
 
@@ -410,6 +417,17 @@ def from_openai_responses(body: Mapping[str, Any]) -> Snapshot:
         tools=_openai_tools(body.get("tools")),
         model=body.get("model") if isinstance(body.get("model"), str) else None,
     )
+
+
+def openai_responses_tail(items: Iterable[Any]) -> tuple[Message, ...]:
+    """Normalise Responses input items that follow at least one message (as
+    :func:`openai_chat_tail` does for chat)."""
+    out: list[Message] = []
+    for item in items:
+        _, m = _responses_item(item)
+        if m is not None:
+            out.append(m)
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- detection

@@ -26,14 +26,11 @@ from proxy.core.messages import (
     ToolDef,
     from_anthropic,
     from_body,
-    from_openai_chat,
-    from_openai_responses,
+    openai_chat_tail,
+    openai_responses_tail,
 )
 
 __all__ = ["IncrementalNormalizer", "Normalized", "text_hash"]
-
-_DUMMY_CHAT = {"role": "user", "content": "."}
-_DUMMY_RESPONSES = {"type": "message", "role": "user", "content": "."}
 
 
 def text_hash(text: str) -> str:
@@ -86,9 +83,9 @@ def _tail_messages(api: str, items: list[Any]) -> tuple[Message, ...]:
     if not items:
         return ()
     if api == "chat":
-        return from_openai_chat({"messages": [_DUMMY_CHAT, *items]}).messages[1:]
+        return openai_chat_tail(items)
     if api == "responses":
-        return from_openai_responses({"input": [_DUMMY_RESPONSES, *items]}).messages[1:]
+        return openai_responses_tail(items)
     return from_anthropic({"messages": items}).messages
 
 

@@ -17,6 +17,8 @@ from proxy.core.messages import (
     from_openai_chat,
     from_openai_responses,
     make_message,
+    openai_chat_tail,
+    openai_responses_tail,
     text_message,
 )
 
@@ -165,3 +167,40 @@ def test_digests_are_stable_values() -> None:
     )
     assert m.digest == "2b995bc33b5982600ff3c0839537ffde"
     assert text_message("user", "hello").digest == "5042293f747025f26187fe5446f2cf65"
+
+
+_chat_items = st.lists(
+    st.one_of(
+        st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant", "system", "developer"]),
+                  st.text(max_size=8)),
+        st.builds(lambda t: {"role": "tool", "tool_call_id": "c1", "content": t}, st.text(max_size=8)),
+        st.builds(lambda a: {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": a}}]}, st.text(max_size=8)),
+    ),
+    max_size=6,
+)
+_responses_items = st.lists(
+    st.one_of(
+        st.text(max_size=8),
+        st.builds(lambda r, t: {"type": "message", "role": r, "content": t},
+                  st.sampled_from(["user", "assistant", "system", "developer"]), st.text(max_size=8)),
+        st.builds(lambda a: {"type": "function_call", "call_id": "c1", "name": "f", "arguments": a}, st.text(max_size=8)),
+        st.builds(lambda t: {"type": "function_call_output", "call_id": "c1", "output": t}, st.text(max_size=8)),
+        st.just({"type": "reasoning", "encrypted_content": "xyz"}),
+    ),
+    max_size=6,
+)
+
+
+@given(_chat_items)
+def test_chat_tail_is_what_a_history_after_a_user_message_gives(items: list[dict[str, object]]) -> None:
+    full = from_openai_chat({"messages": [{"role": "user", "content": "."}, *items]}).messages[1:]
+    tail = openai_chat_tail(items)
+    assert tail == full and [m.digest for m in tail] == [m.digest for m in full]
+
+
+@given(_responses_items)
+def test_responses_tail_is_what_a_history_after_a_message_gives(items: list[object]) -> None:
+    full = from_openai_responses({"input": [{"type": "message", "role": "user", "content": "."}, *items]}).messages[1:]
+    tail = openai_responses_tail(items)
+    assert tail == full and [m.digest for m in tail] == [m.digest for m in full]
