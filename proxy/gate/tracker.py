@@ -689,7 +689,11 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
 
 class TrackingTap:
     """Records the reply of one request. Events are passed through unchanged and
-    immediately; reassembly is a cheap parse per event. Never raises."""
+    immediately; reassembly is a cheap parse per event. Never raises, never changes a
+    response: ``observe_only`` (the server may record a JSON reply right after sending
+    it, see :class:`proxy.server.hooks.ResponseTap`)."""
+
+    observe_only = True
 
     def __init__(self, tracker: Tracker, obs: Observation) -> None:
         self.tracker = tracker
@@ -711,7 +715,7 @@ class TrackingTap:
         if 200 <= status < 300:
             try:
                 reply = reply_from_json(self.obs.api, json.loads(body))
-            except ValueError:
+            except Exception:  # noqa: BLE001 - not JSON, too deep, ...: no reply to record
                 reply = None
         self._record(reply, "ok" if 200 <= status < 300 else f"http_{status}")
         return body

@@ -546,6 +546,14 @@ async def _relay_tapped_json(
         raise
     rec.upstream_wait += time.perf_counter() - t
 
+    if getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
+        # the tap only observes: send first, feed it in the next loop step (see hooks)
+        asyncio.get_running_loop().call_soon(_feed_json_later, tap, up.status, raw, rec, secret)
+        resp = web.Response(status=up.status, reason=up.reason, headers=out_headers, body=raw)
+        resp.headers.update(gate_headers(rec, decision))
+        rec.bytes_out = len(raw)
+        return resp
+
     body = raw
     try:
         result = tap.feed_json(up.status, raw)
@@ -567,6 +575,13 @@ async def _relay_tapped_json(
     resp.headers.update(gate_headers(rec, decision))
     rec.bytes_out = len(body)
     return resp
+
+
+def _feed_json_later(tap: ResponseTap, status: int, raw: bytes, rec: RequestRecord, secret: str | None) -> None:
+    try:
+        tap.feed_json(status, raw)
+    except Exception as exc:  # noqa: BLE001 - an observe-only tap broke its promise
+        _log_gate_failure("tap.feed_json", exc, secret, rec)
 
 
 class _ClientGone(Exception):

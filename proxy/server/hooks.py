@@ -135,6 +135,12 @@ class ResponseTap(Protocol):
     is made per tap.
 
     Methods are synchronous and run on the event loop: keep them fast and pure.
+
+    Optional attribute ``observe_only``: a tap that sets it to ``True`` promises that
+    ``feed_json`` returns its input unchanged and never raises. With ``gate.fail_open``
+    (the default) the server then sends a JSON response first and calls ``feed_json``
+    in the next event-loop step, before it processes any request that arrives later,
+    so recording the reply is off the response's critical path.
     """
 
     def feed_json(self, status: int, body: bytes) -> bytes:

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -306,6 +307,11 @@ def test_tap_injects_openai_event_before_done(stack: ProxyStack) -> None:
     assert proxied[:-1] == direct
     assert proxied[-1]["id"] == "chatcmpl-gate"
     assert proxied[-1]["choices"][0]["delta"]["content"] == " [gate note]"
+    # the SDK stops at [DONE]; the proxy calls finish() when upstream's stream ends,
+    # which under load can be a moment later
+    deadline = time.monotonic() + 5
+    while not tap.finished and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert tap.finished and tap.closed_reason is None
     assert stack.fake.requests[-1].headers["accept-encoding"] == "identity"
 
@@ -377,6 +383,54 @@ def test_tap_rewrites_json_response(stack: ProxyStack) -> None:
     assert raw.parse().choices[0].message.content.endswith("[gate: kept 3f2a9c1b7d4e]")
     assert int(raw.headers["content-length"]) == len(raw.content)
     assert tap.statuses == [200]
+
+
+class Observer(RewriteJson):
+    """An observe-only tap (``observe_only``): records the bodies it is fed."""
+
+    observe_only = True
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.bodies: list[bytes] = []
+        self.fail = fail
+
+    def feed_json(self, status: int, body: bytes) -> bytes:
+        self.statuses.append(status)
+        self.bodies.append(body)
+        if self.fail:
+            raise RuntimeError("broken promise")
+        return body
+
+
+def test_observe_only_tap_sees_the_json_response_exactly(stack: ProxyStack) -> None:
+    tap = Observer()
+    stack.interceptor = Recorder(Decision(tap=tap))
+    raw = oa(stack).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("echo: deploy")
+    # fed right after the response was handed to the client: before any later request
+    second = oa(stack).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+    assert tap.statuses == [200, 200] and tap.bodies == [raw.content, second.content]
+
+
+def test_observe_only_tap_failure_is_logged_and_harmless(
+    stack: ProxyStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    stack.interceptor = Recorder(Decision(tap=Observer(fail=True)))
+    caplog.set_level(logging.ERROR, logger="compaction_gate")
+    raw = oa(stack).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("echo: deploy")
+    oa(stack).chat.completions.create(model="gpt-4o", messages=MESSAGES)  # the loop moved on
+    failures = [r for r in caplog.records if r.name == "compaction_gate.server"]
+    assert failures and failures[0].fields["where"] == "tap.feed_json"  # type: ignore[attr-defined]
+
+
+def test_observe_only_tap_fed_before_sending_when_failing_closed(make_stack: Callable[..., ProxyStack]) -> None:
+    stack = make_stack(gate=GateSettings(fail_open=False))
+    stack.interceptor = Recorder(Decision(tap=Observer(fail=True)))
+    with pytest.raises(openai.APIStatusError) as info:
+        oa(stack).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert info.value.status_code == 502 and info.value.code == "gate_error"
 
 
 async def test_tap_bypassed_for_encoded_body(stack: ProxyStack) -> None:
