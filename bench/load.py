@@ -8,14 +8,14 @@ OpenAI chat requests, in the same run, to
   (c) compaction-gate with tracking on (SQLite state, the default),
 
 plus compaction-gate with tracking off (``gate-off``, the no-op interceptor) to separate
-the proxy's own cost (it parses every JSON body) from tracking's. Each server runs in
-its own process. For history sizes 100 and 1,000 messages it prints
-p50/p99 latency, the latency *added* over (a), and requests per second; then the
-per-request cost ratio 1,000 vs 100 messages, measured two ways: the gate's added p50
-latency, and the tracker's own CPU time per request (``Tracker.observe`` plus reply
-recording, measured in-process without network).
+the proxy's own cost (it validates every JSON body) from tracking's, and with
+``--policy`` the served product (tracking and the default policy). Each server runs in
+its own process. For history sizes 100 and 1,000 messages it prints p50/p99 latency, the
+latency *added* over (a), requests per second and each server process's CPU per
+request; then the in-process CPU of the body parse and of the tracker, and the ratios of
+issue 3 with their formulas (see bench/README.md).
 
-Run:  python -m bench.load [--agents 8] [--requests 40] [--sizes 100 1000]
+Run:  python -m bench.load [--agents 8] [--requests 40] [--sizes 100 1000] [--repeat N]
 """
 
 from __future__ import annotations
@@ -125,6 +125,24 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str) -> None:
             await site.start()
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             q.put(f"http://127.0.0.1:{port}")
+        elif kind == "policy":
+            # the served product: tracking + the default policy (analysis, interventions)
+            from proxy.config import ProxyConfig, ServerSettings, StateSettings, Upstream
+            from proxy.gate.wiring import create_gate_app
+            from proxy.server.runner import start_server
+
+            config = ProxyConfig(
+                server=ServerSettings(port=0, max_body_bytes=1 << 30),
+                upstreams=(Upstream(name="openai", base_url=upstream + "/v1", dialect="openai"),),
+                state=StateSettings(path=str(Path(state_dir) / "policy.sqlite3")),
+            )
+            server = await start_server(create_gate_app(config), "127.0.0.1", 0)
+            from proxy.accounting import TokenAccounting
+
+            # the tracker imports litellm in the background at start: wait for it, as the
+            # gate target does (its warm-up), so it is not counted as per-request CPU
+            await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
+            q.put(server.url)
         else:
             from proxy.config import ProxyConfig, ServerSettings, Upstream
             from proxy.gate.tracker import Tracker, TrackingInterceptor
@@ -300,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000], help="history sizes (default 100 1000)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="repeat the interleaved run per size; figures are medians over repeats (default 1)")
+    ap.add_argument("--policy", action="store_true",
+                    help="also measure the served product (tracking + default policy) as target 'policy'")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
 
@@ -317,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         p, noop = start("gate-off", fake, state_dir)
         procs["gate-off"] = p
         targets = {"direct": fake, "bare": bare, "gate-off": noop, "gate": gate}
-        pids = {name: procs[name].pid for name in ("bare", "gate-off", "gate") if procs[name].pid}
+        if args.policy:
+            p, targets["policy"] = start("policy", fake, state_dir)
+            procs["policy"] = p
+        pids = {name: p.pid for name, p in procs.items() if name != "direct" and p.pid}
         results: dict[int, dict[str, dict[str, float]]] = {}
         print(f"agents={args.agents} requests/agent={args.requests} (+{args.warmup} warm-up), "
               f"repeats={args.repeat}, cpu={os.cpu_count()}")
