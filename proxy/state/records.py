@@ -169,9 +169,16 @@ class ConversationRecord:
 
 
 def message_to_json(m: Message) -> str:
-    """Compact JSON of a message (parts only; the digest is recomputed on load)."""
+    """Compact JSON of a message (parts only; the digest is recomputed on load). Always
+    encodable as UTF-8: text with lone surrogates (valid JSON escapes in a request) is
+    written with ASCII escapes, which load back to the same text."""
     parts = [[p.kind, p.text, p.tool_name, p.tool_call_id, p.is_error, p.payload_digest] for p in m.parts]
-    return json.dumps([m.role, m.name, parts], separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps([m.role, m.name, parts], separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps([m.role, m.name, parts], separators=(",", ":"))
+    return text
 
 
 def message_from_json(text: str) -> Message:

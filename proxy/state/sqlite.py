@@ -77,6 +77,16 @@ def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     return lo
 
 
+def _blob_value(text: str) -> str | bytes:
+    """A text as SQLite can bind it: text with lone surrogates (a system prompt may carry
+    them) is stored as its surrogate-preserving UTF-8 bytes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+    return text
+
+
 def _chunks(n: int) -> int:
     return (n + DIGEST_CHUNK - 1) // DIGEST_CHUNK
 
@@ -164,7 +174,10 @@ class SQLiteStore(Store):
                     [(d, message_to_json(m)) for d, m in batch.messages.items()],
                 )
             if batch.blobs:
-                conn.executemany("INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)", list(batch.blobs.items()))
+                conn.executemany(
+                    "INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)",
+                    [(k, _blob_value(v)) for k, v in batch.blobs.items()],
+                )
             if batch.convs:
                 meta_json = ConversationRecord.meta_dict_to_json
                 conn.executemany(
@@ -197,7 +210,7 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
             for cid, (_, _, dg) in batch.convs.items():
                 self._written[cid] = dg
-        except sqlite3.Error:
+        except Exception:  # sqlite3.Error, or a value SQLite cannot take: never leave BEGIN open
             log.exception("state: SQLite write failed; batch dropped")
             self._written.clear()  # unknown state: the next saves rewrite every chunk
             with contextlib.suppress(sqlite3.Error):
@@ -329,7 +342,8 @@ class SQLiteStore(Store):
             for k in wanted:
                 row = self._conn.execute("SELECT body FROM blobs WHERE key = ?", (k,)).fetchone()
                 if row is not None:
-                    out[k] = row[0]
+                    body = row[0]
+                    out[k] = body.decode("utf-8", "surrogatepass") if isinstance(body, bytes) else body
             return out
 
         return await self._call(_load)

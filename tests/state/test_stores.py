@@ -195,3 +195,26 @@ async def test_sqlite_reads_rows_written_before_chunking(tmp_path: Path) -> None
     [got] = await s.load()
     assert got.digests == rec.digests + ("c" * 32,)
     await s.close()
+
+
+async def test_sqlite_keeps_lone_surrogates_and_keeps_writing(tmp_path: Path) -> None:
+    """A request may carry lone surrogates (valid JSON escapes such as "\\ud800"): such
+    messages and system prompts are stored and read back exactly, and a batch holding
+    them never leaves the store unable to write."""
+    path = tmp_path / "u.db"
+    s = SQLiteStore(path)
+    await s.open()
+    odd = text_message("user", "half an emoji \ud83d and more")
+    s.put_messages([odd, text_message("user", "fine")])
+    s.put_blob("sys", "system \udc00 prompt")
+    s.save_conversation(_rec("c", (odd.digest,)))
+    await s.flush()
+    later = text_message("user", "written afterwards")
+    s.put_messages([later])
+    await s.close()
+    s2 = SQLiteStore(path)
+    await s2.open()
+    got = await s2.load_messages([odd.digest, later.digest])
+    assert got[odd.digest] == odd and got[odd.digest].digest == odd.digest and later.digest in got
+    assert await s2.load_blobs(["sys"]) == {"sys": "system \udc00 prompt"}
+    await s2.close()
