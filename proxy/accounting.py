@@ -6,12 +6,13 @@
   Claude, an estimate for Claude 3 and later) use litellm's counter, never downloading one. Everything else is estimated with ``cl100k_base``; such
   counts are flagged ``exact=False`` ("estimate"). Upstream ``usage`` is the truth and is
   recorded beside the estimate by the tracker.
-- Context windows come from litellm's *local* model map (``LITELLM_LOCAL_MODEL_COST_MAP``
-  set before the lazy import). ``import litellm`` takes seconds, so it happens only in
-  :meth:`TokenAccounting.warm` / :meth:`TokenAccounting.preload_litellm` (run them in a
-  thread, off the request path). Until a model is warm,
-  :meth:`TokenAccounting.model_info` answers with a provisional info (tiktoken
-  estimate, unknown window) and never blocks.
+- Context windows come from litellm's *local* model map, read as the JSON data file it
+  ships (``model_prices_and_context_window_backup.json``) without importing litellm, so
+  they are known from the first request. ``import litellm`` takes seconds, so it happens
+  only in :meth:`TokenAccounting.warm` / :meth:`TokenAccounting.preload_litellm` (run
+  them in a thread, off the request path) for the non-OpenAI counters. Until a model is
+  warm, :meth:`TokenAccounting.model_info` answers with a provisional info (tiktoken
+  estimate, window from the map) and never blocks.
 - The import leaves ~350,000 long-lived objects; right after it they are moved to the
   cyclic GC's permanent generation (``gc.freeze()``, once per process), or every full
   collection would traverse them again (100-250 ms pauses on the request path).
@@ -25,12 +26,16 @@ system prompt, the tool definitions and :data:`REPLY_OVERHEAD`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import importlib.util
+import json
 import logging
 import os
+import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,9 +115,31 @@ def _litellm() -> Any:
     return litellm
 
 
-def _window_from_litellm(litellm: Any, model: str) -> int | None:
-    cost: Any = getattr(litellm, "model_cost", {}) or {}
-    keys = [model, model.lower(), model.split("/", 1)[-1]]
+@functools.lru_cache(maxsize=1)
+def _local_model_map() -> dict[str, Any]:
+    """litellm's bundled model map (``model_prices_and_context_window_backup.json``),
+    read as data without importing litellm (~20 ms once, vs seconds for the import).
+    Empty when litellm or the file is missing."""
+    try:
+        spec = importlib.util.find_spec("litellm")
+        if spec is None or not spec.submodule_search_locations:
+            return {}
+        for folder in spec.submodule_search_locations:
+            path = os.path.join(folder, "model_prices_and_context_window_backup.json")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as fh:
+                    data = json.load(fh)
+                return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, ImportError) as exc:
+        log.debug("token accounting: no local model map: %s", type(exc).__name__)
+    return {}
+
+
+def _window_from_map(cost: Mapping[str, Any], model: str) -> int | None:
+    """The model's input window from a litellm-style model map: exact name, lower-cased,
+    without a provider prefix, then without a date suffix (``-2024-08-06``/``-20241022``)."""
+    base = model.split("/", 1)[-1]
+    keys = [model, model.lower(), base, re.sub(r"-(\d{4}-\d{2}-\d{2}|\d{8})$", "", base)]
     for key in keys:
         info = cost.get(key)
         if isinstance(info, dict):
@@ -120,6 +147,19 @@ def _window_from_litellm(litellm: Any, model: str) -> int | None:
                 v = info.get(field)
                 if isinstance(v, int) and v > 0:
                     return v
+    return None
+
+
+def window_for(model: str | None) -> int | None:
+    """Context window of ``model`` from litellm's local model map, without importing
+    litellm; None when unknown."""
+    return _window_from_map(_local_model_map(), model) if model else None
+
+
+def _window_from_litellm(litellm: Any, model: str) -> int | None:
+    window = window_for(model) or _window_from_map(getattr(litellm, "model_cost", {}) or {}, model)
+    if window is not None:
+        return window
     try:
         info = litellm.get_model_info(model)
         v = info.get("max_input_tokens") or info.get("max_tokens")
@@ -145,7 +185,9 @@ class TokenAccounting:
 
     def preload(self, encodings: tuple[str, ...] = ("o200k_base", "cl100k_base")) -> None:
         """Load the tiktoken encodings of the OpenAI families (and of every estimate)
-        ahead of the first request. Blocking: call it from a thread at startup."""
+        ahead of the first request, and litellm's local model map (context windows).
+        Blocking: call it from a thread at startup."""
+        _local_model_map()
         for name in encodings:
             try:
                 get_encoding(name)
@@ -164,7 +206,7 @@ class TokenAccounting:
 
     def _provisional(self, model: str) -> ModelInfo:
         enc = encoding_name_for_model(model)
-        return ModelInfo(model, f"tiktoken:{enc}", is_openai_model(model), None, warm=False)
+        return ModelInfo(model, f"tiktoken:{enc}", is_openai_model(model), window_for(model), warm=False)
 
     def model_info(self, model: str | None) -> ModelInfo:
         """Info for ``model`` without blocking: the warmed info if :meth:`warm` ran,

@@ -62,7 +62,8 @@ def test_snapshot_count() -> None:
 def test_non_openai_models_are_estimates_until_and_after_warm() -> None:
     acc = TokenAccounting()
     info = acc.model_info("claude-sonnet-4-5")
-    assert not info.exact and not info.warm and info.window is None
+    # Cold: an estimate, but the window is already known from the local model map.
+    assert not info.exact and not info.warm and info.window == 200_000
     assert acc.count_text("claude-sonnet-4-5", "hello world") > 0
     warm = acc.warm("claude-sonnet-4-5")
     assert warm.warm and not warm.exact and warm.window and warm.window >= 100_000
@@ -85,3 +86,18 @@ def test_counting_never_imports_litellm() -> None:
         "a.model_info('claude-3-opus')\nassert 'litellm' not in sys.modules, 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_context_window_is_known_before_litellm_is_imported() -> None:
+    """Windows come from litellm's bundled model map read as data: a cold model's
+    provisional info already carries it (the dashboard shows share of window from the
+    first request), and date-suffixed or provider-prefixed names resolve to the base."""
+    from proxy.accounting import TokenAccounting, window_for
+
+    info = TokenAccounting().model_info("gpt-4o-mini")
+    assert info.warm is False
+    assert info.window == 128000
+    assert window_for("gpt-4o-2024-08-06") == window_for("gpt-4o") == 128000
+    assert window_for("openai/gpt-4o") == 128000
+    assert window_for("no-such-model-xyz") is None
+    assert window_for(None) is None

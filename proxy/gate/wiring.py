@@ -9,6 +9,7 @@ to the app's lifecycle.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from ..metrics import METRICS_KEY
 from ..policy import PolicyHolder
+from ..policy.detectors import policy_catalog
 from . import events as events_mod
 from . import spill as spill_mod
 from .interceptor import GateInterceptor
@@ -64,6 +66,9 @@ def install_gate(
             await gate.tracker.start()
         if watch:
             gate.policies.start(interval=interval)
+        # Compile the policy's identifier catalogue now, off the event loop, rather than
+        # on the first request (it is cached per policy object afterwards).
+        await asyncio.get_running_loop().run_in_executor(None, policy_catalog, gate.policies.policy)
         yield
         await gate.policies.stop()
         if not conversations_api:
