@@ -549,34 +549,29 @@ def _pip(args: list[str]) -> _Seg:
     return _mut(f"pip {sub}", "pkg") if sub else _unknown("pip")
 
 
+def _by_subcommand(label: str, sub: str, read_only: frozenset[str], mutating: frozenset[str]) -> _Seg:
+    """Classify a migration tool by its subcommand (all of them touch the ``db`` domain)."""
+    name = f"{label} {sub}"
+    if sub in read_only:
+        return _ro(name, "db")
+    if sub in mutating:
+        return _mut(name, "db")
+    return _unknown(name, "db")
+
+
 def _alembic(args: list[str]) -> _Seg:
     pos = _positional(args, frozenset({"-c", "--config", "-n", "--name", "-x"}))
-    sub = pos[0] if pos else ""
-    if sub in _ALEMBIC_RO:
-        return _ro(f"alembic {sub}", "db")
-    if sub in _ALEMBIC_MUT:
-        return _mut(f"alembic {sub}", "db")
-    return _unknown(f"alembic {sub}", "db")
+    return _by_subcommand("alembic", pos[0] if pos else "", _ALEMBIC_RO, _ALEMBIC_MUT)
 
 
 def _django(args: list[str]) -> _Seg:
     pos = _positional(args, frozenset({"--settings", "--database", "--pythonpath"}))
-    sub = pos[0] if pos else ""
-    if sub in _DJANGO_RO:
-        return _ro(f"manage.py {sub}", "db")
-    if sub in _DJANGO_MUT:
-        return _mut(f"manage.py {sub}", "db")
-    return _unknown(f"manage.py {sub}", "db")
+    return _by_subcommand("manage.py", pos[0] if pos else "", _DJANGO_RO, _DJANGO_MUT)
 
 
 def _flyway(args: list[str]) -> _Seg:
     pos = [a for a in _positional(args) if "=" not in a]
-    sub = pos[0] if pos else ""
-    if sub in _FLYWAY_RO:
-        return _ro(f"flyway {sub}", "db")
-    if sub in _FLYWAY_MUT:
-        return _mut(f"flyway {sub}", "db")
-    return _unknown(f"flyway {sub}", "db")
+    return _by_subcommand("flyway", pos[0] if pos else "", _FLYWAY_RO, _FLYWAY_MUT)
 
 
 def _curl(args: list[str], prog: str) -> _Seg:
