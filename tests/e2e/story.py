@@ -107,8 +107,27 @@ BASH_ANTHROPIC = {
 # --------------------------------------------------------------------------- agents
 
 
+class _AgentLoop:
+    """What both scripted agents do the same way over their own SDK's ``call``."""
+
+    messages: list[dict[str, Any]]
+
+    def call(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str, str]]]:
+        raise NotImplementedError
+
+    def next_action(self, ask: str) -> list[tuple[str, str, str]]:
+        self.messages.append({"role": "user", "content": ask})
+        _, calls = self.call(self.messages)
+        return calls
+
+    def summarize_via_model(self) -> str:
+        """The agent's own summarization call (Claude Code's wording), through the proxy."""
+        text, _ = self.call(self.messages + [{"role": "user", "content": CC_SUMMARY_MARKER + ". Be thorough."}])
+        return text
+
+
 @dataclass
-class OpenAIAgent:
+class OpenAIAgent(_AgentLoop):
     """A minimal tool loop over the real ``openai`` SDK (chat completions)."""
 
     client: Any
@@ -153,15 +172,6 @@ class OpenAIAgent:
             seen.extend(calls)
         return seen
 
-    def next_action(self, ask: str) -> list[tuple[str, str, str]]:
-        self.messages.append({"role": "user", "content": ask})
-        _, calls = self.call(self.messages)
-        return calls
-
-    def summarize_via_model(self) -> str:
-        """The agent's own summarization call (Claude Code's wording), through the proxy."""
-        text, _ = self.call(self.messages + [{"role": "user", "content": CC_SUMMARY_MARKER + ". Be thorough."}])
-        return text
 
     def compact(self, summary: str, keep_tail: int = 3) -> None:
         tail = self.messages[-keep_tail:] if keep_tail else []
@@ -174,7 +184,7 @@ class OpenAIAgent:
 
 
 @dataclass
-class AnthropicAgent:
+class AnthropicAgent(_AgentLoop):
     """The same loop over the real ``anthropic`` SDK (messages, tool_use)."""
 
     client: Any
@@ -208,14 +218,6 @@ class AnthropicAgent:
             seen.extend(calls)
         return seen
 
-    def next_action(self, ask: str) -> list[tuple[str, str, str]]:
-        self.messages.append({"role": "user", "content": ask})
-        _, calls = self.call(self.messages)
-        return calls
-
-    def summarize_via_model(self) -> str:
-        text, _ = self.call(self.messages + [{"role": "user", "content": CC_SUMMARY_MARKER + ". Be thorough."}])
-        return text
 
     def compact(self, summary: str, keep_tail: int = 3) -> None:
         tail = self.messages[-keep_tail:] if keep_tail else []
