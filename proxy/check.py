@@ -106,12 +106,11 @@ def _policy_setup(
 
         catalog = policy_catalog(policy)
     if not markers_given and getattr(policy, "markers", "agents") != "agents":
-        from .policy import presets_dir
+        from .policy import markers_path
 
         m = str(policy.markers)
-        path = presets_dir() / f"{m}.yaml" if "/" not in m and not m.endswith(".yaml") else Path(m)
         try:
-            markers = load_markers(path)
+            markers = load_markers(markers_path(m))
         except (OSError, MarkersError) as exc:
             raise InputError(f"--policy {name}: markers {m!r}: {exc}") from None
     return PolicyObligations(policy), catalog, markers

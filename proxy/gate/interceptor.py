@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..core.interventions.bindings import TokenCounter, estimate_tokens
 from ..core.markers import Markers, load_markers
@@ -41,7 +40,7 @@ from ..core.messages import Snapshot
 from ..metrics import Metrics
 from ..policy import PolicyHolder, RequestContext
 from ..policy.detectors import policy_catalog
-from ..policy.loader import presets_dir
+from ..policy.loader import markers_path
 from ..server.hooks import Decision, Exchange, Reject, ResponseTap
 from .compaction import SpillTarget, analyze_request, repair, respond_to_compaction
 from .convstate import ConversationStates
@@ -211,8 +210,7 @@ class GateInterceptor:
             if name == "agents":
                 m = self.tracker.markers
             else:
-                path = presets_dir() / f"{name}.yaml" if "/" not in name and not name.endswith(".yaml") else Path(name)
-                m = load_markers(path)
+                m = load_markers(markers_path(name))
             self._markers[name] = m
         return self._markers[name]
 

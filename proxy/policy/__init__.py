@@ -9,7 +9,14 @@
 """
 
 from ..yamlconf import ConfigError
-from .loader import compile_policy, load_policy, load_policy_text, preset_names, presets_dir
+from .loader import (
+    compile_policy,
+    load_policy,
+    load_policy_text,
+    markers_path,
+    preset_names,
+    presets_dir,
+)
 from .model import Effective, Policy, RequestContext
 from .reload import PolicyHolder, ReloadResult
 
@@ -23,6 +30,7 @@ __all__ = [
     "compile_policy",
     "load_policy",
     "load_policy_text",
+    "markers_path",
     "preset_names",
     "presets_dir",
 ]

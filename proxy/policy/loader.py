@@ -30,6 +30,14 @@ def presets_dir() -> Path:
     return Path(policies.__file__).resolve().parent
 
 
+def markers_path(name: str) -> Path:
+    """Where the marker preset a policy names lives: a shipped preset by name
+    (``agents`` → ``policies/agents.yaml``) or a file path as given."""
+    if "/" not in name and not name.endswith(".yaml"):
+        return presets_dir() / f"{name}.yaml"
+    return Path(name)
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in presets_dir().glob("*.yaml") if p.stem not in _NOT_POLICIES)
 
