@@ -24,10 +24,14 @@ session id): conversations of different namespaces never match.
 Contracts:
 - :func:`match` and :func:`relate` are pure functions of a :class:`LineageIndex` (plain
   in-memory data, mutated only through its own methods) and a :class:`Probe`.
-- Candidate lookup goes through a digest → conversations posting list, over a bounded
-  sample of the request's digests, so matching costs O(sample + candidates × history
-  compare), never O(all conversations × history). Comparisons of digest tuples are
-  done with C-level tuple slicing where possible.
+- A request that extends a known history (the common case: an agent's next turn) is
+  found through a head index (the first two digests of each known last request → the
+  conversations), so it costs O(conversations sharing that head), independent of the
+  history's length.
+- Otherwise candidate lookup goes through a digest → conversations posting list, over a
+  bounded sample of the request's digests, so matching costs O(sample + candidates ×
+  history compare), never O(all conversations × history). Comparisons of digest tuples
+  are done with C-level tuple slicing where possible.
 - Extending a known history never yields a new conversation (property-tested).
 """
 
@@ -36,7 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "History",
@@ -59,6 +63,9 @@ _RANK: dict[str, int] = {"extend": 4, "compacted": 3, "fork": 2, "new": 0}
 MAX_POSTINGS = 64
 #: Candidates fully compared per request.
 MAX_CANDIDATES = 8
+#: Conversations sharing one head beyond which the head index is not used (the request
+#: then goes through the sampled postings, as every non-extending request does).
+MAX_HEAD_SHARE = 256
 #: Pasted-history side requests need at least this many known lines ...
 MIN_LINE_HITS = 3
 #: ... and, without a summarize hint, this share of the probe's lines.
@@ -169,6 +176,12 @@ class _NsIndex:
     postings: dict[str, set[str]] = field(default_factory=dict)
     lines: dict[int, set[str]] = field(default_factory=dict)
     by_system: dict[str, set[str]] = field(default_factory=dict)
+    #: first (up to) two digests of a conversation's last request → conversations
+    heads: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
+
+
+def _head(h: History) -> tuple[str, ...]:
+    return h.digests[: min(2, h.request_len)]
 
 
 class LineageIndex:
@@ -229,6 +242,12 @@ class LineageIndex:
             if old is not None:
                 self._discard(ns.by_system, old.system_hash, cid)
             ns.by_system.setdefault(h.system_hash, set()).add(cid)
+        head = _head(h)
+        if old is None or _head(old) != head:
+            if old is not None:
+                self._discard(ns.heads, _head(old), cid)
+            if head:
+                ns.heads.setdefault(head, set()).add(cid)
         self._hist[cid] = h
 
     def add_lines(self, conversation_id: str, fingerprints: Iterable[int]) -> None:
@@ -257,18 +276,37 @@ class LineageIndex:
         for fp in lines:
             self._discard(ns.lines, fp, conversation_id)
         self._discard(ns.by_system, h.system_hash, conversation_id)
+        self._discard(ns.heads, _head(h), conversation_id)
         if not ns.postings and not ns.by_system and not ns.lines:
             del self._ns[h.namespace]
 
     @staticmethod
-    def _discard(d: dict[str, set[str]] | dict[int, set[str]], key: object, cid: str) -> None:
-        s = d.get(key)  # type: ignore[call-overload]
+    def _discard(d: dict[Any, set[str]], key: object, cid: str) -> None:
+        s = d.get(key)
         if s is not None:
             s.discard(cid)
             if not s:
-                del d[key]  # type: ignore[arg-type]
+                del d[key]
 
     # -- read side used by match()
+
+    def _extended(self, probe: Probe) -> list[History] | None:
+        """Every known history ``probe`` extends, found through the head index; ``None``
+        when a head is shared by too many conversations to scan (use the postings)."""
+        ns = self._ns.get(probe.namespace)
+        if ns is None:
+            return []
+        r = probe.digests
+        out: list[History] = []
+        for key in (r[:2], r[:1]) if len(r) >= 2 else (r[:1],):
+            ids = ns.heads.get(key)
+            if not ids:
+                continue
+            if len(ids) > MAX_HEAD_SHARE:
+                return None
+            hist = self._hist
+            out.extend(h for h in (hist[c] for c in ids) if _extends(r, h))
+        return out
 
     def _candidates(self, probe: Probe) -> list[History]:
         ns = self._ns.get(probe.namespace)
@@ -412,16 +450,18 @@ def match(index: LineageIndex, probe: Probe) -> Match:
     """
     best: Match = NEW
     best_h: History | None = None
-    if probe.digests:
-        candidates = index._candidates(probe)
-        # first the cheap, C-level extension check over every candidate; the O(history)
-        # compaction analysis only runs when nothing extends
-        r = probe.digests
-        for h in candidates:
-            if _extends(r, h):
-                m = Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
-                if best_h is None or _better(m, best, h, best_h, probe):
-                    best, best_h = m, h
+    r = probe.digests
+    if r:
+        # Extensions first (an extension outranks every other relation): through the
+        # head index, or, when a head is too widely shared, the cheap C-level check
+        # over the sampled candidates.
+        extended = index._extended(probe)
+        candidates = index._candidates(probe) if not extended else []
+        for h in extended if extended is not None else [h for h in candidates if _extends(r, h)]:
+            m = Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
+            if best_h is None or _better(m, best, h, best_h, probe):
+                best, best_h = m, h
+        # the O(history) compaction analysis only runs when nothing extends
         if best_h is None:
             for h in candidates:
                 m = _evaluate(h, probe)

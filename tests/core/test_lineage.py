@@ -161,6 +161,43 @@ def test_long_histories_match_through_sampling() -> None:
     assert (m.conversation_id, m.relation, m.suffix_len) == ("A", "compacted", 700)
 
 
+def test_extension_found_among_many_conversations_sharing_its_head() -> None:
+    """Sub-agents started from one prompt share their first messages: the request is
+    matched to the one whose history it extends, also past the sampled candidates."""
+    from proxy.core.lineage import MAX_CANDIDATES
+
+    head = d("sys", "task")
+    siblings = [hist(f"S{i}", head + d(*[f"s{i}-{j}" for j in range(5)]), seen=float(i)) for i in range(40)]
+    target = hist("T", head + d("t-1", "t-2"), seen=0.0)  # the oldest: never a top sampled candidate
+    ix = index(target, *siblings)
+    assert len(siblings) > MAX_CANDIDATES
+    m = match(ix, probe(head + d("t-1", "t-2", "t-3")))
+    assert (m.conversation_id, m.relation, m.prefix_len) == ("T", "extend", 4)
+    # a one-message history is indexed by its single head digest
+    ix.upsert(hist("U", d("solo")))
+    assert match(ix, probe(d("solo", "more"))).conversation_id == "U"
+
+
+def test_heads_shared_too_widely_fall_back_to_sampled_postings() -> None:
+    from proxy.core.lineage import MAX_HEAD_SHARE
+
+    head = d("sys", "task")
+    crowd = [hist(f"C{i}", head + d(f"c{i}"), seen=float(i)) for i in range(MAX_HEAD_SHARE + 1)]
+    ix = index(*crowd)
+    assert ix._extended(probe(head + d("c3", "next"))) is None  # too many to scan
+    m = match(ix, probe(head + d("c3", "next")))
+    assert (m.conversation_id, m.relation) == ("C3", "extend")
+
+
+def test_head_index_follows_rewrites_and_removal() -> None:
+    ix = index(hist("A", d("a", "b", "c")))
+    ix.upsert(hist("A", d("x", "y")))  # head replaced (a compaction)
+    assert match(ix, probe(d("a", "b", "c", "d"))).relation == "new"
+    assert match(ix, probe(d("x", "y", "z"))).relation == "extend"
+    ix.remove("A")
+    assert ix._extended(probe(d("x", "y", "z"))) == []
+
+
 # --------------------------------------------------------------------------- properties
 
 messages = st.lists(st.text(alphabet="abcdefghijklmnop", min_size=1, max_size=6), min_size=1, max_size=80, unique=True)
