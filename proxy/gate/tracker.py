@@ -268,11 +268,17 @@ class Tracker:
 
     # ------------------------------------------------------------------ observe
 
+    @staticmethod
+    def tracks(ex: Exchange) -> bool:
+        """Could ``ex`` carry a conversation (an API kind with a history, a JSON body)?"""
+        return ex.kind in TRACKED_KINDS and ex.method == "POST" and isinstance(ex.json, dict)
+
     async def observe(self, ex: Exchange) -> Observation | None:
         """Track one request; ``None`` when it carries no conversation (other API
         kinds, non-JSON or malformed bodies)."""
-        if ex.kind not in TRACKED_KINDS or ex.method != "POST" or not isinstance(ex.json, dict):
+        if not self.tracks(ex):
             return None
+        assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
         api = ex.kind
         explicit = explicit_id(ex.headers, body)
@@ -741,13 +747,21 @@ class TrackingTap:
 
 class TrackingInterceptor:
     """An :class:`~proxy.server.hooks.Interceptor` that only tracks: every request is
-    forwarded untouched, with the resolved conversation id and a reply-recording tap."""
+    forwarded untouched. Tracking never delays a request: it is deferred
+    (``Decision.after_send``) until the request is on its way upstream, and completes
+    the response with the resolved conversation id and a reply-recording tap."""
 
     def __init__(self, tracker: Tracker) -> None:
         self.tracker = tracker
 
     async def before(self, ex: Exchange) -> Decision:
-        obs = await self.tracker.observe(ex)
-        if obs is None:
+        if not self.tracker.tracks(ex):
             return Decision()
-        return Decision(conversation_id=obs.conversation_id, tap=self.tracker.tap(obs))
+
+        async def track() -> Decision:
+            obs = await self.tracker.observe(ex)
+            if obs is None:
+                return Decision()
+            return Decision(conversation_id=obs.conversation_id, tap=self.tracker.tap(obs))
+
+        return Decision(after_send=track)

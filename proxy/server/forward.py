@@ -24,6 +24,7 @@ from multidict import CIMultiDict
 from proxy.config import ProxyConfig, Upstream
 from proxy.core.jsonbody import BodyCache
 from proxy.metrics import METRICS_KEY
+from proxy.server.deferred import AfterSend, merge
 from proxy.server.errors import ProxyError, error_response, sse_error_event
 from proxy.server.headers import (
     credential,
@@ -396,34 +397,46 @@ async def _forward(
     secret: str | None,
 ) -> web.StreamResponse:
     session = request.app[SESSION_KEY]
-    tap = decision.tap
-    headers = upstream_headers(request.headers, identity_encoding=tap is not None)
+    headers = upstream_headers(
+        request.headers, identity_encoding=decision.tap is not None or decision.after_send is not None
+    )
     headers.popall("expect", None)
     apply_credentials(headers, upstream, route.dialect)
     url = target_url(upstream, route.dialect, request.raw_path)
 
+    deferred = AfterSend(decision.after_send) if decision.after_send is not None else None
+    data: Any = body if body else None
+    if deferred is not None:
+        data = deferred.body(body)
     sent_at = time.perf_counter()
     try:
         upstream_resp = await session.request(
             request.method,
             url,
-            data=body if body else None,
+            data=data,
             headers=headers,
             allow_redirects=False,
         )
     except asyncio.CancelledError:
         rec.upstream_wait += time.perf_counter() - sent_at
-        _close_tap(tap, "client_disconnected", rec, secret)
+        _close_tap(decision.tap, "client_disconnected", rec, secret)
+        if deferred is not None:
+            deferred.abandon(
+                lambda done: _close_tap(done.tap, "client_disconnected", rec, secret),
+                lambda failure: _log_gate_failure("after_send", failure, secret, rec),
+            )
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
         rec.upstream_wait += time.perf_counter() - sent_at
         err, reason = _upstream_failure(exc)
-        _close_tap(tap, reason, rec, secret)
+        decision = await _completed(decision, deferred, rec, secret)
+        _close_tap(decision.tap, reason, rec, secret)
         rec.error = err.code
         return _respond_error(rec, route.dialect, err, decision)
     rec.upstream_wait += time.perf_counter() - sent_at
 
     try:
+        decision = await _completed(decision, deferred, rec, secret)
         return await _relay(request, rec, route, upstream_resp, decision, secret)
     finally:
         # Closing (not releasing) drops the upstream connection when the body was
@@ -432,6 +445,34 @@ async def _forward(
             upstream_resp.close()
         else:
             upstream_resp.release()
+
+
+async def _completed(
+    decision: Decision, deferred: AfterSend | None, rec: RequestRecord, secret: str | None
+) -> Decision:
+    """``decision`` completed by its deferred work (see :mod:`proxy.server.deferred`);
+    a failure of that work is logged and leaves the decision as it was."""
+    if deferred is None:
+        return decision
+    try:
+        late, exc = await deferred.outcome()
+    except asyncio.CancelledError:  # the client went away: the work finishes without us
+        deferred.abandon(
+            lambda done: _close_tap(done.tap, "client_disconnected", rec, secret),
+            lambda failure: _log_gate_failure("after_send", failure, secret, rec),
+        )
+        raise
+    try:
+        if exc is not None:
+            raise exc
+        assert late is not None
+        decision = merge(decision, late)
+    except Exception as failure:  # noqa: BLE001 - the request is already upstream: relay it
+        _log_gate_failure("after_send", failure, secret, rec)
+        rec.error = rec.error or "gate_error"
+        return decision
+    rec.conversation = decision.conversation_id or rec.conversation
+    return decision
 
 
 async def _relay(

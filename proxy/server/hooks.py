@@ -15,11 +15,14 @@ Invariants the server guarantees (and tests assert):
   through untouched (after response headers are sent there is no other safe choice).
 * ``Exchange`` never contains credentials: secret headers are removed and the caller
   is identified only by ``tenant``, a hash prefix of its API key.
+* Work a decision defers with ``after_send`` runs while upstream works on the request,
+  and is finished before the response is relayed; if it fails, the failure is logged
+  and the response is relayed without its results (the request was already sent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -110,6 +113,18 @@ class Decision:
     forwards the original bytes untouched; Content-Length is recomputed). ``reject``
     short-circuits the upstream call. ``headers`` are added to the response the
     client receives (also to rejections). ``tap`` observes or rewrites the response.
+
+    ``after_send`` defers work that does not change the request (tracking it) off the
+    request's critical path: the server starts it once the request is on its way
+    upstream (the body handed to the connection) and awaits it when the response
+    headers arrive, before relaying anything. The :class:`Decision` it returns completes
+    this one: its ``conversation_id``, ``headers`` and ``tap`` apply to the response
+    (it must not set ``body``, ``reject`` or ``after_send``; a decision with
+    ``after_send`` must not carry a ``tap`` of its own). The server asks upstream for
+    an identity-encoded response whenever a tap is set or may come from ``after_send``.
+    The deferred work finishes even if the client goes away; a tap it returns then gets
+    ``closed("client_disconnected")``. It runs only if the request is forwarded (not
+    with ``reject``).
     """
 
     action: str = "none"
@@ -118,6 +133,7 @@ class Decision:
     reject: Reject | None = None
     headers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     tap: ResponseTap | None = None
+    after_send: Callable[[], Awaitable[Decision]] | None = None
 
 
 @runtime_checkable

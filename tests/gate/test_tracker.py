@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from proxy.core.messages import from_body
 from proxy.gate.normalize import IncrementalNormalizer
 from proxy.gate.tracker import Tracker, TrackerConfig, TrackingInterceptor
+from proxy.server.hooks import Decision
 from proxy.state import MemoryStore, SQLiteStore
 from tests.gate.conftest import exchange
 from tests.support.conversations import build_task, compact, summarization_request
@@ -222,13 +223,19 @@ async def test_upstream_error_and_disconnect_are_recorded(tracker: Tracker) -> N
     assert len(rec.digests) == 3  # a cut-short reply is not added to the history
 
 
-async def test_interceptor_returns_conversation_and_tap(tracker: Tracker) -> None:
+async def test_interceptor_defers_tracking_until_the_request_is_sent(tracker: Tracker) -> None:
     icp = TrackingInterceptor(tracker)
     d = await icp.before(exchange(chat("S", ("user", "x"))))
-    assert d.conversation_id and d.tap is not None and d.body is None and d.action == "none"
+    # nothing is tracked before the request goes upstream ...
+    assert d.body is None and d.action == "none" and d.tap is None and d.after_send is not None
+    assert tracker.conversations() == []
+    # ... the deferred work resolves the conversation and brings the reply tap
+    late = await d.after_send()
+    assert late.conversation_id and late.tap is not None and late.body is None
+    assert [r.id for r in tracker.conversations()] == [late.conversation_id]
     ex = dataclasses.replace(exchange({"model": "text-embedding-3-small", "input": "x"}, "chat"), kind="embeddings")
     d2 = await icp.before(ex)
-    assert d2.conversation_id is None and d2.tap is None
+    assert d2 == Decision()
 
 
 # --------------------------------------------------------------------------- state
