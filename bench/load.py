@@ -310,9 +310,63 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else float("inf")
 
 
+def measure(targets: dict[str, str], pids: dict[str, int], agents: int, args: argparse.Namespace,
+            ) -> dict[int, dict[str, dict[str, float]]]:
+    """Per history size and target, the medians over ``args.repeat`` interleaved runs of
+    p50/p99 latency, added latency, requests/s and server CPU per request; printed."""
+    med = statistics.median
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    print(f"\n=== agents={agents} requests/agent={args.requests} (+{args.warmup} warm-up), "
+          f"repeats={args.repeat}, cpu={os.cpu_count()}")
+    for size in args.sizes:
+        reps: list[dict[str, dict[str, float]]] = []
+        for rep in range(args.repeat):
+            runs = asyncio.run(run_all(targets, size, agents, args.requests, args.warmup,
+                                       seed=size * 100 + rep, pids=pids))
+            one: dict[str, dict[str, float]] = {}
+            for name, (lat, wall, cpu) in runs.items():
+                one[name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "rps": len(lat) / wall, "cpu": cpu}
+            for name in targets:
+                one[name]["added_p50"] = one[name]["p50"] - one["direct"]["p50"]
+                one[name]["added_p99"] = one[name]["p99"] - one["direct"]["p99"]
+            reps.append(one)
+        results[size] = {name: {k: med([r[name][k] for r in reps]) for k in reps[0][name]} for name in targets}
+        print(f"\nhistory ~{size} messages, {agents} agents" + (f" (medians of {args.repeat} runs)" if args.repeat > 1 else ""))
+        print(f"  {'target':9} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'added p99':>10} {'req/s':>8} "
+              f"{'CPU ms/req':>11}")
+        for name in targets:
+            r = results[size][name]
+            cpu = f"{r['cpu'] * 1e3:11.2f}" if name in pids else f"{'-':>11}"
+            print(f"  {name:9} {r['p50'] * 1e3:8.2f} {r['p99'] * 1e3:8.2f} {r['added_p50'] * 1e3:10.2f} "
+                  f"{r['added_p99'] * 1e3:10.2f} {r['rps']:8.1f} {cpu}")
+        g, b = results[size]["gate"], results[size]["bare"]
+        print(f"  gate added p50 / bare added p50 = {_ratio(g['added_p50'], b['added_p50']):.2f}x")
+    return results
+
+
+def print_ratios(agents: int, results: dict[int, dict[str, dict[str, float]]],
+                 cost: dict[int, tuple[float, float]], sizes: list[int]) -> None:
+    lo = min(sizes)
+    gl, bl = results[lo]["gate"], results[lo]["bare"]
+    print(f"  {agents} agents [target 1] at {lo} messages: gate added p50 / bare added p50 = "
+          f"{gl['added_p50'] * 1e3:.2f} / {bl['added_p50'] * 1e3:.2f} ms = {_ratio(gl['added_p50'], bl['added_p50']):.2f}x")
+    for hi in sorted(sizes):
+        if hi == lo:
+            continue
+        gh, bh = results[hi]["gate"], results[hi]["bare"]
+        print(f"  {agents} agents [target 2] gate added p50 at {hi} / at {lo} messages = "
+              f"{gh['added_p50'] * 1e3:.2f} / {gl['added_p50'] * 1e3:.2f} ms = {_ratio(gh['added_p50'], gl['added_p50']):.2f}x")
+        print(f"  {agents} agents [target 2] gate CPU per request at {hi} / at {lo} messages = "
+              f"{gh['cpu'] * 1e3:.2f} / {gl['cpu'] * 1e3:.2f} ms = {_ratio(gh['cpu'], gl['cpu']):.2f}x")
+        print(f"  {agents} agents (context) bare added p50 at {hi} / at {lo} = {_ratio(bh['added_p50'], bl['added_p50']):.2f}x;"
+              f" bare CPU per request {_ratio(bh['cpu'], bl['cpu']):.2f}x;"
+              f" in-process parse+track CPU {_ratio(sum(cost[hi]), sum(cost[lo])):.2f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--agents", type=int, default=8, help="concurrent simulated agents (default 8)")
+    ap.add_argument("--agents", type=int, nargs="+", default=[8],
+                    help="concurrent simulated agents; several values measure each in turn (default 8)")
     ap.add_argument("--requests", type=int, default=40, help="measured requests per agent and size (default 40)")
     ap.add_argument("--warmup", type=int, default=3, help="unmeasured requests per agent first (default 3)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000], help="history sizes (default 100 1000)")
@@ -326,7 +380,6 @@ def main(argv: list[str] | None = None) -> int:
     mp.set_start_method("spawn", force=True)
     state_dir = tempfile.mkdtemp(prefix="cg-bench-")
     procs: dict[str, mp.Process] = {}
-    med = statistics.median
     try:
         p, fake = start("fake", "", state_dir)
         procs["direct"] = p
@@ -341,32 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             p, targets["policy"] = start("policy", fake, state_dir)
             procs["policy"] = p
         pids = {name: p.pid for name, p in procs.items() if name != "direct" and p.pid}
-        results: dict[int, dict[str, dict[str, float]]] = {}
-        print(f"agents={args.agents} requests/agent={args.requests} (+{args.warmup} warm-up), "
-              f"repeats={args.repeat}, cpu={os.cpu_count()}")
-        for size in args.sizes:
-            reps: list[dict[str, dict[str, float]]] = []
-            for rep in range(args.repeat):
-                runs = asyncio.run(run_all(targets, size, args.agents, args.requests, args.warmup,
-                                           seed=size * 100 + rep, pids=pids))
-                one: dict[str, dict[str, float]] = {}
-                for name, (lat, wall, cpu) in runs.items():
-                    one[name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "rps": len(lat) / wall, "cpu": cpu}
-                for name in targets:
-                    one[name]["added_p50"] = one[name]["p50"] - one["direct"]["p50"]
-                    one[name]["added_p99"] = one[name]["p99"] - one["direct"]["p99"]
-                reps.append(one)
-            results[size] = {name: {k: med([r[name][k] for r in reps]) for k in reps[0][name]} for name in targets}
-            print(f"\nhistory ~{size} messages" + (f" (medians of {args.repeat} runs)" if args.repeat > 1 else ""))
-            print(f"  {'target':9} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'added p99':>10} {'req/s':>8} "
-                  f"{'CPU ms/req':>11}")
-            for name in targets:
-                r = results[size][name]
-                cpu = f"{r['cpu'] * 1e3:11.2f}" if name in pids else f"{'-':>11}"
-                print(f"  {name:9} {r['p50'] * 1e3:8.2f} {r['p99'] * 1e3:8.2f} {r['added_p50'] * 1e3:10.2f} "
-                      f"{r['added_p99'] * 1e3:10.2f} {r['rps']:8.1f} {cpu}")
-            g, b = results[size]["gate"], results[size]["bare"]
-            print(f"  gate added p50 / bare added p50 = {_ratio(g['added_p50'], b['added_p50']):.2f}x")
+        by_agents = {n: measure(targets, pids, n, args) for n in args.agents}
         cost = {size: tracker_cost(size) for size in args.sizes}
         print("\nin-process CPU per request (no network; parse = the server's incremental body parse, "
               "track = Tracker.observe + reply):")
@@ -375,23 +403,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ~{size:5} messages: parse {parse * 1e6:8.1f} us   track {track * 1e6:8.1f} us")
         print("\nratios (added = p50 latency through the target minus p50 latency direct to the fake upstream;"
               "\n        CPU = CPU seconds of the target's server process, all threads, per measured request):")
-        lo = min(args.sizes)
-        gl, bl = results[lo]["gate"], results[lo]["bare"]
-        print(f"  [target 1] at {lo} messages: gate added p50 / bare added p50 = "
-              f"{gl['added_p50'] * 1e3:.2f} / {bl['added_p50'] * 1e3:.2f} ms = {_ratio(gl['added_p50'], bl['added_p50']):.2f}x")
-        for hi in sorted(args.sizes):
-            if hi == lo:
-                continue
-            gh, bh = results[hi]["gate"], results[hi]["bare"]
-            print(f"  [target 2] gate added p50 at {hi} / at {lo} messages = "
-                  f"{gh['added_p50'] * 1e3:.2f} / {gl['added_p50'] * 1e3:.2f} ms = {_ratio(gh['added_p50'], gl['added_p50']):.2f}x")
-            print(f"  [target 2] gate CPU per request at {hi} / at {lo} messages = "
-                  f"{gh['cpu'] * 1e3:.2f} / {gl['cpu'] * 1e3:.2f} ms = {_ratio(gh['cpu'], gl['cpu']):.2f}x")
-            print(f"  (context)  bare added p50 at {hi} / at {lo} = {_ratio(bh['added_p50'], bl['added_p50']):.2f}x;"
-                  f" bare CPU per request {_ratio(bh['cpu'], bl['cpu']):.2f}x;"
-                  f" in-process parse+track CPU {_ratio(sum(cost[hi]), sum(cost[lo])):.2f}x")
+        for n, results in by_agents.items():
+            print_ratios(n, results, cost, args.sizes)
         if args.json:
-            print(json.dumps({"latency": results, "inprocess_cpu_s": cost}, indent=2))
+            print(json.dumps({"latency": {str(n): r for n, r in by_agents.items()}, "inprocess_cpu_s": cost}, indent=2))
     finally:
         for p in procs.values():
             p.terminate()
