@@ -93,10 +93,17 @@ class Snapshot:
     messages: tuple[Message, ...]
     tools: tuple[ToolDef, ...] = ()
     model: str | None = None
+    _digests: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def digests(self) -> tuple[str, ...]:
-        return tuple(m.digest for m in self.messages)
+        """The messages' digests (computed once per snapshot: the policy layer asks for
+        them several times per request, on histories of thousands of messages)."""
+        d = self._digests
+        if d is None:
+            d = tuple(m.digest for m in self.messages)
+            object.__setattr__(self, "_digests", d)
+        return d
 
     def visible_text(self) -> str:
         """System prompt, every message and every tool definition, as one text."""

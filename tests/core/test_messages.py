@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -204,3 +205,11 @@ def test_responses_tail_is_what_a_history_after_a_message_gives(items: list[obje
     full = from_openai_responses({"input": [{"type": "message", "role": "user", "content": "."}, *items]}).messages[1:]
     tail = openai_responses_tail(items)
     assert tail == full and [m.digest for m in tail] == [m.digest for m in full]
+
+
+def test_snapshot_digests_are_computed_once_and_match_the_messages() -> None:
+    snap = from_body("chat", {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
+    first = snap.digests
+    assert first == tuple(m.digest for m in snap.messages) and len(set(first)) == 2
+    assert snap.digests is first  # cached on the snapshot
+    assert snap == dataclasses.replace(snap)  # the cache takes no part in equality
