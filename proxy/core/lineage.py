@@ -456,8 +456,12 @@ def match(index: LineageIndex, probe: Probe) -> Match:
         # head index, or, when a head is too widely shared, the cheap C-level check
         # over the sampled candidates.
         extended = index._extended(probe)
-        candidates = index._candidates(probe) if not extended else []
-        for h in extended if extended is not None else [h for h in candidates if _extends(r, h)]:
+        candidates: list[History] = []
+        if not extended:
+            candidates = index._candidates(probe)
+            if extended is None:
+                extended = [h for h in candidates if _extends(r, h)]
+        for h in extended:
             m = Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
             if best_h is None or _better(m, best, h, best_h, probe):
                 best, best_h = m, h

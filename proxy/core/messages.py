@@ -105,6 +105,12 @@ class Snapshot:
             object.__setattr__(self, "_digests", d)
         return d
 
+    def with_digests(self, digests: tuple[str, ...]) -> Snapshot:
+        """This snapshot, told its messages' digests (a caller that built it from known
+        messages has them already); returns ``self``."""
+        object.__setattr__(self, "_digests", digests)
+        return self
+
     def visible_text(self) -> str:
         """System prompt, every message and every tool definition, as one text."""
         chunks = [self.system]

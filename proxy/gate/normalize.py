@@ -149,9 +149,8 @@ class IncrementalNormalizer:
             probe = self._full("chat", {"messages": [], "tools": tools_raw} if tools_raw else {"messages": []})
             tools, tools_hash = probe.snapshot.tools, probe.tools_hash
         model = body.get("model") if isinstance(body.get("model"), str) else None
-        snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model)
         digests = prev.digests + tuple(m.digest for m in new_msgs)
-        object.__setattr__(snap, "_digests", digests)  # known already: Snapshot.digests is free
+        snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model).with_digests(digests)
         return Normalized(snap, digests, system_hash, tools_hash, len(prev.snapshot.messages))
 
     def remember(self, namespace: str, key: str, api: str, body: Mapping[str, Any], norm: Normalized) -> None:

@@ -112,9 +112,8 @@ class AfterSend:
 
 
 def merge(decision: Decision, late: Decision) -> Decision:
-    """``decision`` completed by what its ``after_send`` returned."""
-    if decision.tap is not None and late.tap is not None:
-        raise TypeError("a Decision with after_send must not carry a tap of its own")
+    """``decision`` completed by what its ``after_send`` returned (checked by
+    :func:`_check`; the server refuses a decision with both ``after_send`` and a tap)."""
     return dataclasses.replace(
         decision,
         conversation_id=late.conversation_id or decision.conversation_id,

@@ -295,6 +295,8 @@ async def _decide(
             raise TypeError(f"interceptor returned {type(decision).__name__}, not Decision")
         if decision.body is not None and not isinstance(decision.body, bytes):
             raise TypeError("Decision.body must be bytes or None")
+        if decision.after_send is not None and decision.tap is not None:
+            raise TypeError("a Decision with after_send must not carry a tap of its own")
         return decision, None
     except asyncio.CancelledError:
         raise
@@ -421,10 +423,7 @@ async def _forward(
         rec.upstream_wait += time.perf_counter() - sent_at
         _close_tap(decision.tap, "client_disconnected", rec, secret)
         if deferred is not None:
-            deferred.abandon(
-                lambda done: _close_tap(done.tap, "client_disconnected", rec, secret),
-                lambda failure: _log_gate_failure("after_send", failure, secret, rec),
-            )
+            _abandon(deferred, rec, secret)
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
         rec.upstream_wait += time.perf_counter() - sent_at
@@ -455,24 +454,26 @@ async def _completed(
     if deferred is None:
         return decision
     try:
-        late, exc = await deferred.outcome()
-    except asyncio.CancelledError:  # the client went away: the work finishes without us
-        deferred.abandon(
-            lambda done: _close_tap(done.tap, "client_disconnected", rec, secret),
-            lambda failure: _log_gate_failure("after_send", failure, secret, rec),
-        )
+        late, failure = await deferred.outcome()
+    except asyncio.CancelledError:
+        _abandon(deferred, rec, secret)
         raise
-    try:
-        if exc is not None:
-            raise exc
-        assert late is not None
-        decision = merge(decision, late)
-    except Exception as failure:  # noqa: BLE001 - the request is already upstream: relay it
+    if late is None:
+        assert failure is not None
         _log_gate_failure("after_send", failure, secret, rec)
         rec.error = rec.error or "gate_error"
         return decision
+    decision = merge(decision, late)
     rec.conversation = decision.conversation_id or rec.conversation
     return decision
+
+
+def _abandon(deferred: AfterSend, rec: RequestRecord, secret: str | None) -> None:
+    """The client went away: the deferred work finishes without us; its tap is closed."""
+    deferred.abandon(
+        lambda done: _close_tap(done.tap, "client_disconnected", rec, secret),
+        lambda failure: _log_gate_failure("after_send", failure, secret, rec),
+    )
 
 
 async def _relay(

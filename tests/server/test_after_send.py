@@ -163,3 +163,25 @@ async def test_deferred_work_finishes_when_the_client_goes_away(stack: ProxyStac
     assert await _wait_until(lambda: tap.closed_reason is not None)
     assert [d.conversation_id for d in icp.finished] == ["cv_gone"]
     assert tap.closed_reason == "client_disconnected"
+
+
+def test_decision_with_both_after_send_and_a_tap_is_refused_and_fails_open(
+    stack: ProxyStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    early, late_tap = LateTap(), LateTap()
+
+    async def work() -> Decision:
+        return Decision(conversation_id="cv_never", tap=late_tap)
+
+    class Both:
+        async def before(self, ex: Exchange) -> Decision:
+            return Decision(tap=early, after_send=work)
+
+    stack.interceptor = Both()
+    caplog.set_level(logging.ERROR, logger="compaction_gate")
+    raw = oa(stack).chat.completions.with_raw_response.create(model="gpt-4o", messages=MESSAGES)
+    assert raw.parse().choices[0].message.content.startswith("echo: deploy")
+    assert raw.headers["x-compaction-gate-conversation"] == "unknown"
+    assert early.bodies == [] and late_tap.bodies == []  # neither tap is used
+    failures = [r for r in caplog.records if r.name == "compaction_gate.server"]
+    assert failures and failures[0].fields["where"] == "interceptor"  # type: ignore[attr-defined]
