@@ -189,7 +189,7 @@ class AnthropicAgent(_AgentLoop):
 
     client: Any
     stream: bool = False
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-haiku-4-5"
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def call(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str, str]]]:

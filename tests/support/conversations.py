@@ -187,7 +187,7 @@ class Conversation:
             body["tools"] = [{"type": "function", "function": dict(f)} for f in self.tools]
         return body
 
-    def to_anthropic(self, model: str = "claude-sonnet-4-5") -> dict[str, Any]:
+    def to_anthropic(self, model: str = "claude-haiku-4-5") -> dict[str, Any]:
         """An Anthropic messages body (consecutive same-role turns merged into one message,
         tool results as ``tool_result`` blocks in user messages)."""
         msgs: list[dict[str, Any]] = []

@@ -638,7 +638,7 @@ def _usage_numbers(call: Call, reply: Reply) -> tuple[int, int]:
 
 
 def _models_body(rec: RecordedRequest, ids: _Ids) -> Any:
-    names = ["gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"]
+    names = ["gpt-4o", "gpt-4o-mini", "claude-haiku-4-5"]
     single = rec.path.rstrip("/").removeprefix("/v1/models").strip("/")
     if rec.dialect == "anthropic":
         data = [
