@@ -145,7 +145,8 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str) -> None:
             q.put(server.url)
         else:
             from proxy.config import ProxyConfig, ServerSettings, Upstream
-            from proxy.gate.tracker import Tracker, TrackingInterceptor
+            from proxy.gate.tracker import Tracker
+            from proxy.gate.tracking import TrackingInterceptor
             from proxy.server.app import create_app
             from proxy.server.runner import start_server
             from proxy.state import SQLiteStore

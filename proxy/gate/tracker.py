@@ -6,9 +6,8 @@ normalises the body (incrementally), resolves the conversation (explicit id, els
 lineage by message hashes, scoped by tenant), records the request in the conversation's
 history and timeline, and returns an :class:`Observation` — including the previous
 snapshot of the conversation, which the gate diffs to see what a compaction lost.
-:class:`TrackingTap` records the assistant's reply without delaying the response, and
-:class:`TrackingInterceptor` wraps it all as a :class:`proxy.server.hooks.Interceptor`
-(the policy layer composes :meth:`Tracker.observe` with its own analysis instead).
+:meth:`Tracker.record_reply` records the assistant's reply; the tap and the
+interceptor that feed it live in :mod:`proxy.gate.tracking`.
 
 Concurrency: every mutation of a conversation happens synchronously within one
 event-loop step (no ``await`` between reading and writing its state), so concurrent
@@ -52,15 +51,16 @@ from proxy.core.lineage import (
 )
 from proxy.core.markers import Markers, default_markers, fold
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
-from proxy.core.responses import Reply, StreamAssembler, reply_from_json
+from proxy.core.responses import Reply
 from proxy.gate.identity import ExplicitId, explicit_id
 from proxy.gate.normalize import IncrementalNormalizer, Normalized, text_hash
-from proxy.server.hooks import Decision, Exchange
+from proxy.gate.tracking import TrackingTap
+from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
 from proxy.state.store import Store
 
-__all__ = ["TRACKED_KINDS", "Observation", "Tracker", "TrackerConfig", "TrackingInterceptor", "TrackingTap"]
+__all__ = ["TRACKED_KINDS", "Observation", "Tracker", "TrackerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -691,77 +691,3 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
     fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "not retrieved"
     threading.Thread(target=run, name=f"cg-{getattr(fn, '__name__', 'warm')}", daemon=True).start()
     return fut
-
-
-class TrackingTap:
-    """Records the reply of one request. Events are passed through unchanged and
-    immediately; reassembly is a cheap parse per event. Never raises, never changes a
-    response: ``observe_only`` (the server may record a JSON reply right after sending
-    it, see :class:`proxy.server.hooks.ResponseTap`)."""
-
-    observe_only = True
-
-    def __init__(self, tracker: Tracker, obs: Observation) -> None:
-        self.tracker = tracker
-        self.obs = obs
-        self._asm = StreamAssembler(obs.api)
-        self._done = False
-
-    def _record(self, reply: Reply | None, status: str) -> None:
-        if self._done:
-            return
-        self._done = True
-        try:
-            self.tracker.record_reply(self.obs, reply, status)
-        except Exception:  # observing must never break the response
-            log.exception("tracker: could not record reply")
-
-    def feed_json(self, status: int, body: bytes) -> bytes:
-        reply: Reply | None = None
-        if 200 <= status < 300:
-            try:
-                reply = reply_from_json(self.obs.api, json.loads(body))
-            except Exception:  # noqa: BLE001 - not JSON, too deep, ...: no reply to record
-                reply = None
-        self._record(reply, "ok" if 200 <= status < 300 else f"http_{status}")
-        return body
-
-    def feed_event(self, raw_event: bytes) -> list[bytes]:
-        try:  # noqa: SIM105 - per SSE event: a plain try is cheaper than suppress()
-            self._asm.feed(raw_event)
-        except Exception:  # noqa: BLE001 - observing must never break the stream
-            pass
-        return [raw_event]
-
-    def finish(self) -> list[bytes]:
-        self._record(self._asm.result(), "ok")
-        return []
-
-    def closed(self, reason: str) -> None:
-        try:
-            reply = self._asm.result()
-        except Exception:
-            reply = None
-        self._record(reply, reason)
-
-
-class TrackingInterceptor:
-    """An :class:`~proxy.server.hooks.Interceptor` that only tracks: every request is
-    forwarded untouched. Tracking never delays a request: it is deferred
-    (``Decision.after_send``) until the request is on its way upstream, and completes
-    the response with the resolved conversation id and a reply-recording tap."""
-
-    def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
-
-    async def before(self, ex: Exchange) -> Decision:
-        if not self.tracker.tracks(ex):
-            return Decision()
-
-        async def track() -> Decision:
-            obs = await self.tracker.observe(ex)
-            if obs is None:
-                return Decision()
-            return Decision(conversation_id=obs.conversation_id, tap=self.tracker.tap(obs))
-
-        return Decision(after_send=track)

@@ -11,7 +11,8 @@ import anthropic
 import openai
 import pytest
 
-from proxy.gate.tracker import Tracker, TrackingInterceptor
+from proxy.gate.tracker import Tracker
+from proxy.gate.tracking import TrackingInterceptor
 from proxy.state import MemoryStore
 from tests.support import ProxyStack
 from tests.support.conversations import build_task, compact

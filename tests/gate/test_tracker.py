@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from proxy.core.messages import from_body
 from proxy.gate.normalize import IncrementalNormalizer
-from proxy.gate.tracker import Tracker, TrackerConfig, TrackingInterceptor
+from proxy.gate.tracker import Tracker, TrackerConfig
+from proxy.gate.tracking import TrackingInterceptor
 from proxy.server.hooks import Decision
 from proxy.state import MemoryStore, SQLiteStore
 from tests.gate.conftest import exchange
