@@ -129,7 +129,7 @@ class GateInterceptor:
 
     async def before(self, ex: Exchange) -> Decision:
         try:
-            obs = await self.tracker.observe(ex)
+            obs = await self.tracker.observe(ex, defer_accounting=True)
         except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
             return self._failed(ex, None, None, exc, "observe")
         if obs is None:

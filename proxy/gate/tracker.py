@@ -18,7 +18,10 @@ no later request of the conversation was recorded meanwhile.
 
 Cost: per request the Python-level work grows with the *new* messages (normalised,
 hashed, tokenised and scanned once, cached by digest); the history itself is only
-touched by C-level comparisons. Store writes are enqueued and batched off the loop.
+touched by C-level comparisons. Store writes are enqueued and batched off the loop. The
+interceptors observe with the token accounting deferred (:mod:`proxy.gate.ledger`):
+it is settled after the response, before the conversation's next request, or when the
+conversation is read, so tokenising is never on a request's critical path.
 
 Secrets: only the tenant hash is kept; no header value is stored (explicit session ids
 become conversation ids).
@@ -53,6 +56,7 @@ from proxy.core.markers import Markers, default_markers, fold
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
 from proxy.core.responses import Reply
 from proxy.gate.identity import ExplicitId, explicit_id
+from proxy.gate.ledger import PendingCount, cumulative, fixed_tokens, share_of
 from proxy.gate.normalize import IncrementalNormalizer, Normalized, text_hash
 from proxy.gate.tracking import TrackingTap
 from proxy.server.hooks import Exchange
@@ -99,6 +103,8 @@ class Observation:
     could not be loaded. ``current`` is this request. ``relation`` comes from lineage
     (``extend``, ``compacted``, ``side_request``, ``fork``, ``new``); a side request does
     not advance the conversation. ``seq`` identifies this request's timeline entry.
+    ``tokens`` and ``share`` are ``None`` when the request was observed with its
+    accounting deferred (they land in the timeline entry once settled).
     """
 
     conversation_id: str
@@ -114,7 +120,7 @@ class Observation:
     explicit: ExplicitId | None
     parent_id: str | None
     new_messages: int
-    tokens: int
+    tokens: int | None
     window: int | None
     share: float | None
     exact: bool
@@ -173,6 +179,9 @@ class Tracker:
         self._lines: OrderedDict[str, frozenset[int]] = OrderedDict()
         self._hint_cache: OrderedDict[str, str | None] = OrderedDict()
         self._blob_cache: OrderedDict[str, str] = OrderedDict()
+        #: requests recorded with their accounting pending, per conversation (at most
+        #: one each: recording the next request settles the previous one)
+        self._pending: dict[str, PendingCount] = {}
         self._started = False
 
     @property
@@ -208,18 +217,23 @@ class Tracker:
         _ = self.markers
 
     async def close(self) -> None:
+        self.settle_all()
         await self.store.close()
 
     async def flush(self) -> None:
+        self.settle_all()
         await self.store.flush()
 
     # ------------------------------------------------------------------ queries
 
     def get(self, conversation_id: str) -> ConversationRecord | None:
+        """A conversation, its accounting settled."""
+        self._settle(conversation_id)
         return self._recs.get(conversation_id)
 
     def conversations(self) -> list[ConversationRecord]:
-        """All live conversations, most recently seen first."""
+        """All live conversations, most recently seen first, their accounting settled."""
+        self.settle_all()
         return list(reversed(self._recs.values()))
 
     async def history(self, conversation_id: str) -> Snapshot | None:
@@ -273,9 +287,15 @@ class Tracker:
         """Could ``ex`` carry a conversation (an API kind with a history, a JSON body)?"""
         return ex.kind in TRACKED_KINDS and ex.method == "POST" and isinstance(ex.json, dict)
 
-    async def observe(self, ex: Exchange) -> Observation | None:
+    async def observe(self, ex: Exchange, *, defer_accounting: bool = False) -> Observation | None:
         """Track one request; ``None`` when it carries no conversation (other API
-        kinds, non-JSON or malformed bodies)."""
+        kinds, non-JSON or malformed bodies).
+
+        ``defer_accounting``: count the request's tokens later (when its reply is
+        recorded, before the conversation's next request, or when the conversation is
+        read), so that what is needed to forward the request is ready sooner; the
+        observation's ``tokens`` and ``share`` are then ``None``. Side requests are
+        always counted at once."""
         if not self.tracks(ex):
             return None
         assert isinstance(ex.json, dict)
@@ -292,6 +312,8 @@ class Tracker:
         self._ensure_warm(model)
         agent = self._summarization_agent(snap)
         lines = self._probe_lines(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
+        if lines:
+            self.settle_all()  # line matching sees every recorded request's lines
         probe = Probe(
             namespace,
             norm.system_hash,
@@ -309,7 +331,7 @@ class Tracker:
                 await self._hydrate(cid)  # suspension point: match again afterwards
                 continue
             break
-        return self._apply(ex, body, api, namespace, explicit, norm, m, agent, model)
+        return self._apply(ex, body, api, namespace, explicit, norm, m, agent, model, defer_accounting)
 
     def _apply(
         self,
@@ -322,12 +344,16 @@ class Tracker:
         m: Match,
         agent: str | None,
         model: str | None,
+        defer: bool,
     ) -> Observation:
-        """Record the request. Synchronous: atomic with respect to other requests."""
+        """Record the request. Synchronous: atomic with respect to other requests.
+        ``defer``: leave its token accounting pending (see :mod:`proxy.gate.ledger`)."""
         now = self.clock()
         snap = norm.snapshot
         cid = m.conversation_id
         rec = self._recs.get(cid) if cid is not None else None
+        if rec is not None:
+            self._settle(rec.id)  # the previous request's counts are this one's base
         if rec is None:
             cid = self._new_id(explicit, ex.tenant)
             rec = ConversationRecord(
@@ -348,18 +374,14 @@ class Tracker:
         hot = self._hot.get(cid)
         previous = hot.snapshot if hot is not None else None
         info = self.accounting.model_info(model)
+        if relation == "side_request":
+            defer = False  # rare, and it does not advance the conversation
 
         # tokens: reuse the cumulative counts of the shared prefix
         base_cum: list[int] = [0]
         if hot is not None and hot.tokenizer == info.tokenizer and relation in ("extend", "side_request"):
             p = min(m.prefix_len, len(hot.cum) - 1)
             base_cum = hot.cum[: p + 1]
-        cum = base_cum
-        for msg in snap.messages[len(cum) - 1 :]:
-            cum.append(cum[-1] + self.accounting.count_message(model, msg))
-        tokens = cum[-1] + self._fixed_tokens(model, snap, norm)
-        window = info.window
-        share = round(tokens / window, 4) if window else None
 
         new_from = m.prefix_len if relation == "extend" else 0
         new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
@@ -378,9 +400,9 @@ class Tracker:
             messages=len(snap.messages),
             new_messages=len(new_msgs) if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
             dropped=m.dropped,
-            tokens=tokens,
-            window=window,
-            share=share,
+            tokens=0,
+            window=info.window,
+            share=None,
             exact=info.exact,
             model=model,
             stream=ex.stream,
@@ -397,18 +419,21 @@ class Tracker:
             rec.tools_hash = norm.tools_hash
             rec.digests = norm.digests
             rec.request_len = len(norm.digests)
-            rec.tokens = tokens
-            rec.window = window
+            rec.window = info.window
             rec.exact = info.exact
-            self._hot[cid] = _Hot(snap, cum, info.tokenizer)
+            self._hot[cid] = _Hot(snap, base_cum, info.tokenizer)
             self.index.upsert(self._history(rec))
             self.normalizer.remember(namespace, cid, api, body, norm)
         elif rec.model is None:
             rec.model = model
-        self._remember_lines(cid, new_msgs)
         self._touch(cid)
-        self.store.put_timeline(cid, entry)
-        self.store.save_conversation(rec)
+        pending = PendingCount(
+            entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
+        )
+        if defer:
+            self._pending[cid] = pending
+        else:
+            self._account(rec, pending)
         self._evict(now)
         return Observation(
             conversation_id=cid,
@@ -424,9 +449,9 @@ class Tracker:
             explicit=explicit,
             parent_id=rec.parent_id,
             new_messages=entry.new_messages,
-            tokens=tokens,
-            window=window,
-            share=share,
+            tokens=None if defer else entry.tokens,
+            window=info.window,
+            share=None if defer else entry.share,
             exact=info.exact,
             stream=ex.stream,
             model=model,
@@ -442,6 +467,9 @@ class Tracker:
         rec = self._recs.get(obs.conversation_id)
         if rec is None:
             return
+        pending = self._pending.get(rec.id)
+        own = pending is not None and pending.entry.seq == obs.seq
+        self._settle(rec.id, write=not own)  # this request's own entry is written below
         entry = self._entry(rec, obs.seq)
         msgs = reply.messages if reply is not None else ()
         if entry is not None:
@@ -453,16 +481,18 @@ class Tracker:
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self.store.put_timeline(rec.id, entry)
-        if not msgs:
-            return
-        self.store.put_messages(msgs)
-        self._remember_lines(rec.id, msgs)
-        if obs.relation == "side_request":
-            rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
-            self.store.save_conversation(rec)
-            return
-        if rec.seq != obs.seq or reply is None or not reply.complete:
-            return  # a later request already moved the conversation on, or cut short
+        if msgs:
+            self.store.put_messages(msgs)
+            self._remember_lines(rec.id, msgs)
+            if obs.relation == "side_request":
+                rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
+            elif rec.seq == obs.seq and reply is not None and reply.complete:
+                self._append_reply(rec, obs, msgs)
+            # else: a later request already moved the conversation on, or cut short
+        self.store.save_conversation(rec)
+
+    def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
+        """Make the reply the end of the conversation's history."""
         hot = self._hot.get(rec.id)
         rec.digests = rec.digests[: rec.request_len] + tuple(x.digest for x in msgs)
         if hot is not None:
@@ -472,7 +502,6 @@ class Tracker:
             for x in msgs:
                 hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
         self.index.upsert(self._history(rec))
-        self.store.save_conversation(rec)
 
     def tap(self, obs: Observation) -> TrackingTap:
         return TrackingTap(self, obs)
@@ -526,6 +555,7 @@ class Tracker:
         if not dead:
             return
         for cid in dead:
+            self._pending.pop(cid, None)
             ns = self.index.namespace_of(cid)
             self.index.remove(cid)
             self._hot.pop(cid, None)
@@ -540,16 +570,36 @@ class Tracker:
         known = set(rec.digests)
         return tuple(x for x in snap.messages if x.digest not in known)
 
-    def _fixed_tokens(self, model: str | None, snap: Snapshot, norm: Normalized) -> int:
-        n = 3
-        if snap.system:
-            n += 3 + self.accounting.count_keyed_text(model, "s:" + norm.system_hash, snap.system)
-        if snap.tools:
-            tools = snap.tools
-            n += self.accounting.count_keyed_text(
-                model, "t:" + norm.tools_hash, lambda: "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
-            )
-        return n
+    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> None:
+        """Count request ``p`` of ``rec``: its timeline entry, and for the conversation's
+        latest request the conversation's tokens and cumulative counts."""
+        info = self.accounting.model_info(p.model)
+        base = p.base if p.tokenizer == info.tokenizer else [0]
+        cum = cumulative(self.accounting, p.model, p.snapshot.messages, base)
+        tokens = cum[-1] + fixed_tokens(self.accounting, p.model, p.snapshot, p.system_hash, p.tools_hash)
+        entry = p.entry
+        entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
+        entry.share = share_of(tokens, info.window)
+        if entry.relation != "side_request" and rec.seq == entry.seq:
+            rec.tokens, rec.window, rec.exact = tokens, info.window, info.exact
+            hot = self._hot.get(rec.id)
+            if hot is not None and hot.snapshot is p.snapshot:
+                hot.cum, hot.tokenizer = cum, info.tokenizer
+        self._remember_lines(rec.id, p.new)
+        if write:
+            self.store.put_timeline(rec.id, entry)
+            self.store.save_conversation(rec)
+
+    def _settle(self, conversation_id: str, write: bool = True) -> None:
+        p = self._pending.pop(conversation_id, None)
+        rec = self._recs.get(conversation_id) if p is not None else None
+        if p is not None and rec is not None:
+            self._account(rec, p, write)
+
+    def settle_all(self) -> None:
+        """Settle every pending accounting (readers and shutdown call this)."""
+        for cid in list(self._pending):
+            self._settle(cid)
 
     def _put_blob(self, key: str, text: str) -> None:
         self._blob_cache[key] = text

@@ -88,7 +88,7 @@ class TrackingInterceptor:
             return Decision()
 
         async def track() -> Decision:
-            obs = await self.tracker.observe(ex)
+            obs = await self.tracker.observe(ex, defer_accounting=True)
             if obs is None:
                 return Decision()
             return Decision(conversation_id=obs.conversation_id, tap=self.tracker.tap(obs))

@@ -1,0 +1,72 @@
+"""Token accounting of tracked requests, settled off the request's critical path.
+
+Identifying a request's conversation needs its message digests, not its token count;
+counting is the costly part of recording a request (tiktoken over every new message,
+slow on a busy machine because its rank tables fall out of the CPU caches). So the
+tracker may record a request with its accounting *pending* and settle it later: when
+the response has been relayed (the reply tap), before the conversation's next request
+is recorded, or as soon as anyone reads the conversation. Settling later counts exactly
+what counting on the spot would have counted; only the moment differs.
+
+This module holds the arithmetic; :class:`~proxy.gate.tracker.Tracker` decides when.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.accounting import TokenAccounting
+from proxy.core.messages import Message, Snapshot
+from proxy.gate.normalize import tools_text
+from proxy.state.records import TimelineEntry
+
+__all__ = ["PendingCount", "cumulative", "fixed_tokens", "share_of"]
+
+
+@dataclass(slots=True)
+class PendingCount:
+    """The accounting of one recorded request, not yet counted.
+
+    ``base`` holds the cumulative counts of the prefix shared with the conversation's
+    previous request (``base[i]``: tokens of its first ``i`` messages), counted with
+    ``tokenizer``; ``new`` are the messages first seen in this request (their text-line
+    fingerprints are indexed when the count settles)."""
+
+    entry: TimelineEntry
+    model: str | None
+    snapshot: Snapshot
+    system_hash: str
+    tools_hash: str
+    base: list[int]
+    tokenizer: str
+    new: tuple[Message, ...]
+
+
+def cumulative(
+    accounting: TokenAccounting, model: str | None, messages: tuple[Message, ...], base: list[int]
+) -> list[int]:
+    """``base`` extended in place to every message: ``cum[i]`` = tokens of the first ``i``.
+    Per message the count is cached by digest, so a message is tokenised once."""
+    cum = base
+    for msg in messages[len(cum) - 1 :]:
+        cum.append(cum[-1] + accounting.count_message(model, msg))
+    return cum
+
+
+def fixed_tokens(
+    accounting: TokenAccounting, model: str | None, snap: Snapshot, system_hash: str, tools_hash: str
+) -> int:
+    """Tokens of a request outside its messages: reply priming, system prompt, tools
+    (each cached by its content hash)."""
+    n = 3
+    if snap.system:
+        n += 3 + accounting.count_keyed_text(model, "s:" + system_hash, snap.system)
+    if snap.tools:
+        tools = snap.tools
+        n += accounting.count_keyed_text(model, "t:" + tools_hash, lambda: tools_text(tools))
+    return n
+
+
+def share_of(tokens: int, window: int | None) -> float | None:
+    """``tokens`` as a share of the context ``window`` (``None`` when unknown)."""
+    return round(tokens / window, 4) if window else None
