@@ -42,6 +42,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .prefix import common_prefix
+
 __all__ = [
     "History",
     "LineageIndex",
@@ -364,20 +366,6 @@ def _sample(digests: tuple[str, ...]) -> Iterable[str]:
 # --------------------------------------------------------------------------- comparison
 
 
-def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]; slices compare in C
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def _kept_tail(h: History, r: tuple[str, ...], start: int) -> tuple[int, int]:
     """The longest verbatim block ``r[i:i+k] == h.digests[j:j+k]`` (``i >= start``) that
     reaches the end of the known last request (``j + k >= request_len``).
@@ -417,8 +405,8 @@ def _evaluate(h: History, probe: Probe) -> Match:
     r = probe.digests
     L = h.request_len
     if _extends(r, h):
-        return Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
-    lcp = _common_prefix(r, h.digests)
+        return Match(h.conversation_id, "extend", prefix_len=common_prefix(r, h.digests))
+    lcp = common_prefix(r, h.digests)
     k, j = _kept_tail(h, r, lcp)
     if k and (k >= 2 or lcp >= 1 or probe.system_hash == h.system_hash):
         dropped = max(0, min(j, L) - lcp)
@@ -462,7 +450,7 @@ def match(index: LineageIndex, probe: Probe) -> Match:
             if extended is None:
                 extended = [h for h in candidates if _extends(r, h)]
         for h in extended:
-            m = Match(h.conversation_id, "extend", prefix_len=_common_prefix(r, h.digests))
+            m = Match(h.conversation_id, "extend", prefix_len=common_prefix(r, h.digests))
             if best_h is None or _better(m, best, h, best_h, probe):
                 best, best_h = m, h
         # the O(history) compaction analysis only runs when nothing extends

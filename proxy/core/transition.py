@@ -37,6 +37,7 @@ from typing import Literal
 
 from .markers import NO_MARKERS, Markers, fold
 from .messages import Message, Part, Snapshot
+from .prefix import common_prefix
 
 TransitionKind = Literal["append", "summarize", "truncate", "mask", "edit", "fork", "reset"]
 
@@ -113,17 +114,6 @@ class Transition:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the common prefix of two digest sequences."""
-    n = min(len(a), len(b))
-    if tuple(a[:n]) == tuple(b[:n]):  # the common case: one C-level comparison
-        return n
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def _structure(m: Message) -> tuple[object, ...]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.core.messages import Message
+from proxy.core.prefix import common_prefix
 from proxy.state.records import (
     ConversationRecord,
     GateEvent,
@@ -61,20 +62,6 @@ CREATE TABLE IF NOT EXISTS digest_chunks(conv TEXT NOT NULL, idx INTEGER NOT NUL
 
 #: Digests per row of ``digest_chunks``.
 DIGEST_CHUNK = 128
-
-
-def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def _blob_value(text: str) -> str | bytes:
@@ -188,7 +175,7 @@ class SQLiteStore(Store):
                 trims: list[tuple[str, int]] = []
                 for cid, (_, _, dg) in batch.convs.items():
                     old = self._written.get(cid)
-                    first = 0 if old is None else _common_prefix(old, dg) // DIGEST_CHUNK
+                    first = 0 if old is None else common_prefix(old, dg) // DIGEST_CHUNK
                     n = _chunks(len(dg))
                     for idx in range(first, n):
                         chunk_rows.append((cid, idx, ",".join(dg[idx * DIGEST_CHUNK : (idx + 1) * DIGEST_CHUNK])))
