@@ -68,6 +68,9 @@ MAX_CANDIDATES = 8
 #: Conversations sharing one head beyond which the head index is not used (the request
 #: then goes through the sampled postings, as every non-extending request does).
 MAX_HEAD_SHARE = 256
+#: Messages leaving a history's tail up to which upsert checks each against the new
+#: history instead of diffing whole sets.
+_SMALL_TAIL = 8
 #: Pasted-history side requests need at least this many known lines ...
 MIN_LINE_HITS = 3
 #: ... and, without a summarize hint, this share of the probe's lines.
@@ -215,23 +218,31 @@ class LineageIndex:
         return h.namespace if h else None
 
     def upsert(self, h: History) -> None:
-        """Insert or replace a conversation's history. Extending the stored history costs
-        O(new messages); a rewrite costs O(history)."""
+        """Insert or replace a conversation's history. Changing the last few messages
+        costs O(changed messages) in Python (plus C-level scans); a rewrite costs
+        O(history)."""
         old = self._hist.get(h.conversation_id)
         ns = self._ns.setdefault(h.namespace, _NsIndex())
         cid = h.conversation_id
         if old is not None and old.namespace != h.namespace:
             self.remove(cid)
             old = None
+        added: Iterable[str]
+        removed: Iterable[str] = ()
         if old is None:
-            added: Iterable[str] = set(h.digests)
-            removed: Iterable[str] = ()
-        elif h.digests[: len(old.digests)] == old.digests:
-            added = h.digests[len(old.digests) :]
-            removed = ()
+            added = set(h.digests)
         else:
-            new_set, old_set = set(h.digests), set(old.digests)
-            added, removed = new_set - old_set, old_set - new_set
+            # usually a few messages replaced at the end (a reply the client did not
+            # resend, a new turn): work on the differing tails, scanning the new history
+            # (in C) for each digest that left the tail
+            p = common_prefix(old.digests, h.digests)
+            gone = old.digests[p:]
+            added = h.digests[p:]
+            if len(gone) <= _SMALL_TAIL:
+                removed = [d for d in set(gone) if d not in h.digests]
+            else:
+                new_set, old_set = set(h.digests), set(old.digests)
+                added, removed = new_set - old_set, old_set - new_set
         for d in added:
             ns.postings.setdefault(d, set()).add(cid)
         for d in removed:

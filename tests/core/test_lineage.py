@@ -224,3 +224,21 @@ def test_head_drop_with_kept_tail_matches(hist_names: list[str], data: st.DataOb
     m = match(ix, probe(tuple(f"h-{x}" for x in head) + digests[n - keep :] + tuple(f"x-{x}" for x in new)))
     assert m.conversation_id == "A"
     assert m.relation in ("extend", "compacted")
+
+
+_digest_lists = st.lists(st.sampled_from(d(*"abcdefgh")), max_size=30).map(tuple)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 30), _digest_lists), max_size=12))
+def test_upserts_leave_the_postings_of_a_fresh_index(steps: list[tuple[str, int, tuple[str, ...]]]) -> None:
+    """Whatever the changes (a replaced tail, a rewrite, repeated digests), the posting
+    lists after each upsert are those of an index built from the current histories."""
+    ix = LineageIndex()
+    current: dict[str, tuple[str, ...]] = {}
+    for cid, keep, tail in steps:
+        digests = current.get(cid, ())[:keep] + tail  # keep a prefix, replace the rest
+        current[cid] = digests
+        ix.upsert(hist(cid, digests))
+        fresh = index(*[hist(c, ds) for c, ds in current.items()])
+        assert ix._ns["t1"].postings == fresh._ns["t1"].postings
