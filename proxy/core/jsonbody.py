@@ -40,6 +40,7 @@ import contextlib
 import json
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,9 @@ class _Entry:
     head: tuple[tuple[str, Any], ...]  # top-level pairs before the array, in order
     key: str  # the array's key
     open: int  # byte offset just after the array's "["
-    ends: tuple[int, ...]  # byte offset just after each element
+    #: byte offset just after each element (an array: slicing it copies machine words,
+    #: with no reference counting over a long history)
+    ends: array[int]
     items: tuple[Any, ...]  # the parsed elements
 
     def bound(self, k: int) -> int:
@@ -191,7 +194,7 @@ def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
             pairs = head + [(key, items)]
             _object_rest(s, i, pairs)
             offsets = _byte_offsets(s, 0, [start, *ends], len(raw))
-            entry = _Entry(scope, raw, memoryview(raw), tuple(head), key, offsets[0], tuple(offsets[1:]), tuple(items))
+            entry = _Entry(scope, raw, memoryview(raw), tuple(head), key, offsets[0], array("q", offsets[1:]), tuple(items))
             return dict(pairs), entry
         try:
             v, i = _scan_once(s, i)
@@ -215,12 +218,13 @@ def _resume(raw: bytes, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
     b = base.bound(k)
     tail = raw[b:].decode("utf-8", "surrogatepass")
     ends: list[int] = []
-    items = list(base.items[:k])
+    items = list(base.items) if k == len(base.items) else list(base.items[:k])
     i = _array_rest(tail, 0, k > 0, ends, items)
     pairs = list(base.head)
     pairs.append((base.key, items))
     _object_rest(tail, i, pairs)
-    new_ends = base.ends[:k] + tuple(_byte_offsets(tail, b, ends, len(raw) - b))
+    new_ends = base.ends[:k]
+    new_ends.extend(_byte_offsets(tail, b, ends, len(raw) - b))
     entry = _Entry(base.scope, raw, memoryview(raw), base.head, base.key, base.open, new_ends, tuple(items))
     return dict(pairs), entry
 

@@ -13,6 +13,7 @@ This module holds the arithmetic; :class:`~proxy.gate.tracker.Tracker` decides w
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 from proxy.accounting import TokenAccounting
@@ -20,7 +21,14 @@ from proxy.core.messages import Message, Snapshot
 from proxy.gate.normalize import tools_text
 from proxy.state.records import TimelineEntry
 
-__all__ = ["PendingCount", "cumulative", "fixed_tokens", "share_of"]
+__all__ = ["PendingCount", "cumulative", "fixed_tokens", "no_counts", "share_of"]
+
+
+def no_counts() -> array[int]:
+    """Cumulative counts of an empty history. Counts are kept in a machine array
+    (``c[i]``: tokens of the first ``i`` messages): slicing a long history's counts
+    copies words, with no reference counting of a thousand int objects."""
+    return array("q", [0])
 
 
 @dataclass(slots=True)
@@ -37,14 +45,14 @@ class PendingCount:
     snapshot: Snapshot
     system_hash: str
     tools_hash: str
-    base: list[int]
+    base: array[int]
     tokenizer: str
     new: tuple[Message, ...]
 
 
 def cumulative(
-    accounting: TokenAccounting, model: str | None, messages: tuple[Message, ...], base: list[int]
-) -> list[int]:
+    accounting: TokenAccounting, model: str | None, messages: tuple[Message, ...], base: array[int]
+) -> array[int]:
     """``base`` extended in place to every message: ``cum[i]`` = tokens of the first ``i``.
     Per message the count is cached by digest, so a message is tokenised once."""
     cum = base

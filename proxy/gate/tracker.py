@@ -37,6 +37,7 @@ import re
 import secrets
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from proxy.core.markers import Markers, default_markers, fold
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
 from proxy.core.responses import Reply
 from proxy.gate.identity import ExplicitId, explicit_id
-from proxy.gate.ledger import PendingCount, cumulative, fixed_tokens, share_of
+from proxy.gate.ledger import PendingCount, cumulative, fixed_tokens, no_counts, share_of
 from proxy.gate.normalize import IncrementalNormalizer, Normalized, text_hash
 from proxy.gate.tracking import TrackingTap
 from proxy.server.hooks import Exchange
@@ -135,7 +136,7 @@ class _Hot:
     cumulative token counts of its messages (``cum[i]`` = tokens of the first ``i``)."""
 
     snapshot: Snapshot
-    cum: list[int] = field(default_factory=lambda: [0])
+    cum: array[int] = field(default_factory=no_counts)
     tokenizer: str = ""
 
 
@@ -378,7 +379,7 @@ class Tracker:
             defer = False  # rare, and it does not advance the conversation
 
         # tokens: reuse the cumulative counts of the shared prefix
-        base_cum: list[int] = [0]
+        base_cum = no_counts()
         if hot is not None and hot.tokenizer == info.tokenizer and relation in ("extend", "side_request"):
             p = min(m.prefix_len, len(hot.cum) - 1)
             base_cum = hot.cum[: p + 1]
@@ -574,7 +575,7 @@ class Tracker:
         """Count request ``p`` of ``rec``: its timeline entry, and for the conversation's
         latest request the conversation's tokens and cumulative counts."""
         info = self.accounting.model_info(p.model)
-        base = p.base if p.tokenizer == info.tokenizer else [0]
+        base = p.base if p.tokenizer == info.tokenizer else no_counts()
         cum = cumulative(self.accounting, p.model, p.snapshot.messages, base)
         tokens = cum[-1] + fixed_tokens(self.accounting, p.model, p.snapshot, p.system_hash, p.tools_hash)
         entry = p.entry
@@ -709,7 +710,7 @@ class Tracker:
             system = self._blob_cache.get(rec.system_hash, "") if rec.system_hash else ""
             tools = _tools_from_blob(self._blob_cache.get(rec.tools_hash, "[]")) if rec.tools_hash else ()
             snap = Snapshot(rec.dialect, system, snapshot_msgs, tools, rec.model)  # type: ignore[arg-type]
-            self._hot[cid] = _Hot(snap, [0], "")
+            self._hot[cid] = _Hot(snap, no_counts(), "")
             self._remember_lines(cid, snapshot_msgs)
             self._touch(cid)
 

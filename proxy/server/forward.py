@@ -147,12 +147,14 @@ async def _read_body(request: web.Request, limit: int) -> bytes | None:
     declared = request.content_length
     if declared is not None and declared > limit:
         return None
-    buf = bytearray()
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.content.iter_any():
-        buf += chunk
-        if len(buf) > limit:
+        size += len(chunk)
+        if size > limit:
             return None
-    return bytes(buf)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
