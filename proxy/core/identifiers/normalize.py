@@ -165,10 +165,15 @@ def _norm_image(v: str) -> str:
 
 def normalize(value: str, kind: str, *, sensitive: bool = False) -> str:
     """Diff identity of ``value`` as an identifier of ``kind`` (see module contracts).
-    Sensitive values are replaced by a fingerprint, never returned in clear."""
+    Sensitive values are replaced by a fingerprint, never returned in clear.
+    Idempotent: what a kind's rule leaves around the value (whitespace that a removed
+    label or control character exposed) is stripped too."""
     if sensitive:
         return value if value.startswith("secret:") and len(value) == 23 else fingerprint(value)
-    v = value.strip()
+    return _by_kind(value.strip(), kind).strip()
+
+
+def _by_kind(v: str, kind: str) -> str:
     if kind in HEX_KINDS:
         return v.lower()
     if kind == "ulid":
@@ -182,7 +187,7 @@ def normalize(value: str, kind: str, *, sensitive: bool = False) -> str:
     if kind == "k8s_resource":
         return _norm_k8s(v)
     if kind == "django_migration":
-        return v.rsplit(".", 1)[-1].lower() if not v.endswith(".py") else v[:-3].rsplit("/", 1)[-1].lower()
+        return (v.rsplit(".", 1)[-1] if not v.endswith(".py") else v[:-3].rsplit("/", 1)[-1]).lower()
     if kind == "flyway_version":
         return _norm_flyway(v)
     if kind == "oci_image":
