@@ -115,6 +115,11 @@ class Probe:
     #: continued ..."): a fork becomes ``compacted``, and with no structural match the
     #: latest conversation with the same system prompt is taken as compacted.
     continuation_hint: bool = False
+    #: Provenance: the request's first ``reused`` digests are, by construction, those of
+    #: the last request of conversation ``reused_from`` (the incremental normaliser
+    #: reused its parsed messages), so that it extends it needs no comparison.
+    reused_from: str | None = None
+    reused: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +222,11 @@ class LineageIndex:
         h = self._hist.get(conversation_id)
         return h.namespace if h else None
 
-    def upsert(self, h: History) -> None:
+    def upsert(self, h: History, same_prefix: int = 0) -> None:
         """Insert or replace a conversation's history. Changing the last few messages
         costs O(changed messages) in Python (plus C-level scans); a rewrite costs
-        O(history)."""
+        O(history). ``same_prefix``: how many leading messages the caller knows are
+        unchanged (not compared again)."""
         old = self._hist.get(h.conversation_id)
         ns = self._ns.setdefault(h.namespace, _NsIndex())
         cid = h.conversation_id
@@ -235,7 +241,7 @@ class LineageIndex:
             # usually a few messages replaced at the end (a reply the client did not
             # resend, a new turn): work on the differing tails, scanning the new history
             # (in C) for each digest that left the tail
-            p = common_prefix(old.digests, h.digests)
+            p = common_prefix(old.digests, h.digests, same_prefix)
             gone = old.digests[p:]
             added = h.digests[p:]
             if len(gone) <= _SMALL_TAIL:
@@ -318,7 +324,7 @@ class LineageIndex:
             if len(ids) > MAX_HEAD_SHARE:
                 return None
             hist = self._hist
-            out.extend(h for h in (hist[c] for c in ids) if _extends(r, h))
+            out.extend(h for h in (hist[c] for c in ids) if _extends(r, h, probe))
         return out
 
     def _candidates(self, probe: Probe) -> list[History]:
@@ -402,21 +408,30 @@ def _kept_tail(h: History, r: tuple[str, ...], start: int) -> tuple[int, int]:
     return best_k, best_j
 
 
-def _extends(r: tuple[str, ...], h: History) -> bool:
-    """Does ``r`` start with the known history's last request? (Ends first: a cheap
-    rejection of other conversations before the C-level slice comparison.)"""
+def _extends(r: tuple[str, ...], h: History, probe: Probe | None = None) -> bool:
+    """Does ``r`` start with the known history's last request? Known from ``probe``'s
+    provenance, else compared (ends first: a cheap rejection of other conversations
+    before the C-level slice comparison)."""
     L = h.request_len
     hd = h.digests
     if len(r) < L:
         return False
+    if probe is not None and probe.reused_from == h.conversation_id and probe.reused == L:
+        return True
     return L == 0 or (r[0] == hd[0] and r[L - 1] == hd[L - 1] and r[:L] == hd[:L])
+
+
+def _extension(h: History, probe: Probe) -> Match:
+    """The match of ``probe`` extending ``h`` (its shared prefix is compared only past
+    ``h``'s last request, which ``probe`` starts with)."""
+    return Match(h.conversation_id, "extend", prefix_len=common_prefix(probe.digests, h.digests, h.request_len))
 
 
 def _evaluate(h: History, probe: Probe) -> Match:
     r = probe.digests
     L = h.request_len
-    if _extends(r, h):
-        return Match(h.conversation_id, "extend", prefix_len=common_prefix(r, h.digests))
+    if _extends(r, h, probe):
+        return _extension(h, probe)
     lcp = common_prefix(r, h.digests)
     k, j = _kept_tail(h, r, lcp)
     if k and (k >= 2 or lcp >= 1 or probe.system_hash == h.system_hash):
@@ -459,9 +474,9 @@ def match(index: LineageIndex, probe: Probe) -> Match:
         if not extended:
             candidates = index._candidates(probe)
             if extended is None:
-                extended = [h for h in candidates if _extends(r, h)]
+                extended = [h for h in candidates if _extends(r, h, probe)]
         for h in extended:
-            m = Match(h.conversation_id, "extend", prefix_len=common_prefix(r, h.digests))
+            m = _extension(h, probe)
             if best_h is None or _better(m, best, h, best_h, probe):
                 best, best_h = m, h
         # the O(history) compaction analysis only runs when nothing extends

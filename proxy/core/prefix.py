@@ -7,16 +7,19 @@ from collections.abc import Sequence
 __all__ = ["common_prefix"]
 
 
-def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the common prefix of ``a`` and ``b``. One tuple comparison in the
-    common case (one extends the other), else a binary search over slices whose
-    comparisons add up to O(n) element checks, all in C."""
+def common_prefix(a: Sequence[str], b: Sequence[str], start: int = 0) -> int:
+    """Length of the common prefix of ``a`` and ``b``, given that they agree on their
+    first ``start`` elements (only the rest is compared: on a long history, every
+    element a slice copies is an object touched). One tuple comparison in the common
+    case (one extends the other), else a binary search over slices whose comparisons
+    add up to O(n) element checks, all in C."""
     ta = a if isinstance(a, tuple) else tuple(a)
     tb = b if isinstance(b, tuple) else tuple(b)
     n = min(len(ta), len(tb))
-    if ta[:n] == tb[:n]:
+    lo = min(start, n)
+    if ta[lo:n] == tb[lo:n]:
         return n
-    lo, hi = 0, n  # ta[:lo] == tb[:lo], ta[:hi] != tb[:hi]
+    hi = n  # ta[:lo] == tb[:lo], ta[:hi] != tb[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ta[lo:mid] == tb[lo:mid]:

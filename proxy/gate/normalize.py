@@ -47,13 +47,15 @@ def tools_text(tools: tuple[ToolDef, ...]) -> str:
 @dataclass(frozen=True, slots=True)
 class Normalized:
     """A normalised request: the snapshot, its message digests, content hashes of the
-    system prompt and tools, and how many leading messages were reused."""
+    system prompt and tools, and how many leading messages were reused from the last
+    remembered request of conversation ``reused_from``."""
 
     snapshot: Snapshot
     digests: tuple[str, ...]
     system_hash: str
     tools_hash: str
     reused: int
+    reused_from: str | None = None
 
 
 @dataclass(slots=True)
@@ -120,16 +122,17 @@ class IncrementalNormalizer:
         items = _items(api, body)
         bucket = self._by_ns.get(namespace)
         best: _Entry | None = None
+        best_key: str | None = None
         if items is not None and bucket:
             n = len(items)
-            for e in reversed(bucket.values()):
+            for key, e in reversed(bucket.items()):
                 k = len(e.items)
                 if e.api != api or k > n or not e.norm.snapshot.messages or k == 0:
                     continue
                 if items[0] != e.items[0] or items[k - 1] != e.items[k - 1] or items[:k] != e.items:
                     continue
                 if best is None or k > len(best.items):
-                    best = e
+                    best, best_key = e, key
         if best is None:
             self.misses += 1
             return self._full(api, body)
@@ -151,7 +154,7 @@ class IncrementalNormalizer:
         model = body.get("model") if isinstance(body.get("model"), str) else None
         digests = prev.digests + tuple(m.digest for m in new_msgs)
         snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model).with_digests(digests)
-        return Normalized(snap, digests, system_hash, tools_hash, len(prev.snapshot.messages))
+        return Normalized(snap, digests, system_hash, tools_hash, len(prev.snapshot.messages), best_key)
 
     def remember(self, namespace: str, key: str, api: str, body: Mapping[str, Any], norm: Normalized) -> None:
         """Remember ``body`` as the latest request of conversation ``key``."""

@@ -323,6 +323,8 @@ class Tracker:
             lines,
             explicit is not None,
             self._continuation_agent(snap) is not None,
+            norm.reused_from,
+            norm.reused,
         )
 
         for _attempt in range(3):
@@ -423,7 +425,7 @@ class Tracker:
             rec.window = info.window
             rec.exact = info.exact
             self._hot[cid] = _Hot(snap, base_cum, info.tokenizer)
-            self.index.upsert(self._history(rec))
+            self.index.upsert(self._history(rec), m.prefix_len if relation == "extend" else 0)
             self.normalizer.remember(namespace, cid, api, body, norm)
         elif rec.model is None:
             rec.model = model
@@ -502,7 +504,7 @@ class Tracker:
             del hot.cum[rec.request_len + 1 :]
             for x in msgs:
                 hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
-        self.index.upsert(self._history(rec))
+        self.index.upsert(self._history(rec), rec.request_len)
 
     def tap(self, obs: Observation) -> TrackingTap:
         return TrackingTap(self, obs)

@@ -22,3 +22,10 @@ def test_common_prefix_equals_a_plain_scan(shared: list[str], a: list[str], b: l
     x, y = shared + a, shared + b
     assert common_prefix(tuple(x), tuple(y)) == common_prefix(x, y) == naive(x, y)
     assert common_prefix(tuple(x), tuple(y)) >= len(shared)
+
+
+@given(_seq, _seq, _seq, st.integers(0, 50))
+def test_a_known_shared_start_is_not_compared_again(shared: list[str], a: list[str], b: list[str], cut: int) -> None:
+    x, y = shared + a, shared + b
+    start = min(cut, len(shared))
+    assert common_prefix(x, y, start) == naive(x, y)
