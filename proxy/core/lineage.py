@@ -222,13 +222,19 @@ class LineageIndex:
         h = self._hist.get(conversation_id)
         return h.namespace if h else None
 
+    def _ns_of(self, namespace: str) -> _NsIndex:
+        ns = self._ns.get(namespace)
+        if ns is None:  # not setdefault(): that would build an index per call
+            ns = self._ns[namespace] = _NsIndex()
+        return ns
+
     def upsert(self, h: History, same_prefix: int = 0) -> None:
         """Insert or replace a conversation's history. Changing the last few messages
         costs O(changed messages) in Python (plus C-level scans); a rewrite costs
         O(history). ``same_prefix``: how many leading messages the caller knows are
         unchanged (not compared again)."""
         old = self._hist.get(h.conversation_id)
-        ns = self._ns.setdefault(h.namespace, _NsIndex())
+        ns = self._ns_of(h.namespace)
         cid = h.conversation_id
         if old is not None and old.namespace != h.namespace:
             self.remove(cid)
@@ -275,7 +281,7 @@ class LineageIndex:
         h = self._hist.get(conversation_id)
         if h is None:
             return
-        ns = self._ns.setdefault(h.namespace, _NsIndex())
+        ns = self._ns_of(h.namespace)
         mine = self._conv_lines.setdefault(conversation_id, set())
         for fp in fingerprints:
             if fp not in mine:

@@ -161,7 +161,9 @@ class IncrementalNormalizer:
         items = _items(api, body)
         if items is None:
             return
-        bucket = self._by_ns.setdefault(namespace, OrderedDict())
+        bucket = self._by_ns.get(namespace)
+        if bucket is None:
+            bucket = self._by_ns[namespace] = OrderedDict()
         bucket[key] = _Entry(api, items, _system_raw(api, body), body.get("tools") or body.get("functions"), norm)
         bucket.move_to_end(key)
         self._lru[(namespace, key)] = None
