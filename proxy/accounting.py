@@ -222,6 +222,8 @@ class TokenAccounting:
         """True exactly once per cold model: the caller should then run :meth:`warm`
         (in a thread)."""
         m = model or ""
+        if m in self._info:  # warm already: no lock on every request
+            return False
         with self._lock:
             if m in self._info or m in self._warming:
                 return False
