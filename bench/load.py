@@ -322,8 +322,11 @@ def measure(targets: dict[str, str], pids: dict[str, int], agents: int, args: ar
     for size in args.sizes:
         reps: list[dict[str, dict[str, float]]] = []
         for rep in range(args.repeat):
+            # a fresh population for every level, size and repeat: the servers keep their
+            # state across runs, and an agent replaying a history they have already seen
+            # would be a fork of it, not the growing conversation measured here
             runs = asyncio.run(run_all(targets, size, agents, args.requests, args.warmup,
-                                       seed=size * 100 + rep, pids=pids))
+                                       seed=(agents * 10_000 + size) * 100 + rep, pids=pids))
             one: dict[str, dict[str, float]] = {}
             for name, (lat, wall, cpu) in runs.items():
                 one[name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "rps": len(lat) / wall, "cpu": cpu}
