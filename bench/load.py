@@ -362,6 +362,9 @@ def print_ratios(agents: int, results: dict[int, dict[str, dict[str, float]]],
               f"{gh['added_p50'] * 1e3:.2f} / {gl['added_p50'] * 1e3:.2f} ms = {_ratio(gh['added_p50'], gl['added_p50']):.2f}x")
         print(f"  {agents} agents [target 2] gate CPU per request at {hi} / at {lo} messages = "
               f"{gh['cpu'] * 1e3:.2f} / {gl['cpu'] * 1e3:.2f} ms = {_ratio(gh['cpu'], gl['cpu']):.2f}x")
+        own_hi, own_lo = gh["cpu"] - bh["cpu"], gl["cpu"] - bl["cpu"]
+        print(f"  {agents} agents [target 2] gate's own CPU per request (gate - bare) at {hi} / at {lo} messages = "
+              f"{own_hi * 1e3:.2f} / {own_lo * 1e3:.2f} ms = {_ratio(own_hi, own_lo):.2f}x")
         print(f"  {agents} agents (context) bare added p50 at {hi} / at {lo} = {_ratio(bh['added_p50'], bl['added_p50']):.2f}x;"
               f" bare CPU per request {_ratio(bh['cpu'], bl['cpu']):.2f}x;"
               f" in-process parse+track CPU {_ratio(sum(cost[hi]), sum(cost[lo])):.2f}x")

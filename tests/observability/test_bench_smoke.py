@@ -31,3 +31,4 @@ def test_bench_load_runs_and_reports_every_target() -> None:
     for n in ("1", "2"):
         assert f"{n} agents [target 1] at 10 messages" in out
         assert f"{n} agents [target 2] gate CPU per request at 30 / at 10 messages" in out
+        assert f"{n} agents [target 2] gate's own CPU per request (gate - bare) at 30 / at 10 messages" in out
