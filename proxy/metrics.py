@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -85,6 +86,8 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 
 #: Maximum distinct values one free-form label may take before folding into "other".
 MAX_LABEL_VALUES = 64
+#: (raw route, status) pairs whose labelled series are kept resolved.
+_CHILD_CACHE = 1024
 
 _LABEL_RE = re.compile(r"[^a-z0-9_.:-]+")
 
@@ -216,6 +219,7 @@ class Metrics:
         self._dropped_kind = _LabelGuard()
         self._action = _LabelGuard()
         self._status = _LabelGuard(limit=128)
+        self._request_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
 
     # -- requests -------------------------------------------------------------------
 
@@ -227,13 +231,31 @@ class Metrics:
         ``route`` may be a raw path; it is normalised with :func:`normalise_route`.
         ``added_latency_s`` is the proxy's own time (excluding upstream), if known.
         """
+        key = (route, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._children_for(route, status)
+        requests, errors, latency = children
+        requests.inc()
+        if errors is not None:
+            errors.inc()
+        if added_latency_s is not None and added_latency_s >= 0:
+            latency.observe(added_latency_s)
+
+    def _children_for(self, route: str, status: int) -> tuple[Any, Any, Any]:
+        """The labelled series one (route, status) pair counts into, cached: resolving
+        labels on every request costs more than counting."""
         label = normalise_route(route)
         code = self._status(int(status)) if isinstance(status, int) else "unknown"
-        self._requests.labels(label, code).inc()
-        if isinstance(status, int) and status >= 400:
-            self._errors.labels(label, code).inc()
-        if added_latency_s is not None and added_latency_s >= 0:
-            self._latency.labels(label).observe(added_latency_s)
+        children = (
+            self._requests.labels(label, code),
+            self._errors.labels(label, code) if isinstance(status, int) and status >= 400 else None,
+            self._latency.labels(label),
+        )
+        if len(self._request_children) >= _CHILD_CACHE:
+            self._request_children.clear()  # raw paths (ids in them) must not grow it
+        self._request_children[(route, status)] = children
+        return children
 
     def streamed_bytes(self, n: int, route: str = "other") -> None:
         """Add ``n`` bytes of streamed response body forwarded for ``route``."""

@@ -5,6 +5,7 @@ Pure functions over header multidicts; no I/O.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -128,6 +129,7 @@ def credential(client: CIMultiDictProxy[str] | Mapping[str, str]) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)  # per request otherwise; keys stay in this process only
 def tenant_of(secret: str | None) -> str:
     """Stable, non-reversible tenant id: first 16 hex chars of sha256(key)."""
     if not secret:

@@ -45,7 +45,9 @@ def test_every_family_is_exposed_with_help_and_type() -> None:
 def test_typed_api_records_what_it_is_told() -> None:
     m = Metrics()
     m.observe_request("/v1/chat/completions", 200, 0.003)
+    m.observe_request("/v1/chat/completions", 200, 0.002)  # the second time from the resolved series
     m.observe_request("/v1/chat/completions", 400, 0.001)
+    m.observe_request("/v1/messages", 502, None)
     m.observe_request("/v1/messages", 502, None)
     m.streamed_bytes(1234, "/v1/messages")
     m.streamed_bytes(0, "/v1/messages")
@@ -57,11 +59,11 @@ def test_typed_api_records_what_it_is_told() -> None:
     m.summarization_gated()
     m.tripwire_hit()
     s = samples(m)
-    assert s[("compaction_gate_requests_total", (("route", "/v1/chat/completions"), ("status", "200")))] == 1
+    assert s[("compaction_gate_requests_total", (("route", "/v1/chat/completions"), ("status", "200")))] == 2
     assert s[("compaction_gate_request_errors_total", (("route", "/v1/chat/completions"), ("status", "400")))] == 1
-    assert s[("compaction_gate_request_errors_total", (("route", "/v1/messages"), ("status", "502")))] == 1
+    assert s[("compaction_gate_request_errors_total", (("route", "/v1/messages"), ("status", "502")))] == 2
     assert ("compaction_gate_request_errors_total", (("route", "/v1/chat/completions"), ("status", "200"))) not in s
-    assert s[("compaction_gate_added_latency_seconds_count", (("route", "/v1/chat/completions"),))] == 2
+    assert s[("compaction_gate_added_latency_seconds_count", (("route", "/v1/chat/completions"),))] == 3
     assert s[("compaction_gate_streamed_bytes_total", (("route", "/v1/messages"),))] == 1234
     assert s[("compaction_gate_conversations_tracked", ())] == 7
     assert s[("compaction_gate_compactions_total", (("kind", "summarize"),))] == 1
