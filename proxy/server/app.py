@@ -20,8 +20,9 @@ from proxy.dashboard import setup_dashboard
 from proxy.dashboard.access import gate_access_middleware
 from proxy.metrics import METRICS_KEY, Metrics, metrics_handler
 from proxy.server.errors import ProxyError, error_response
-from proxy.server.forward import H_ACTION, H_CONVERSATION, UNKNOWN_CONVERSATION, proxy_handler
+from proxy.server.forward import proxy_handler
 from proxy.server.hooks import Interceptor, NoopInterceptor
+from proxy.server.record import H_ACTION, H_CONVERSATION, UNKNOWN_CONVERSATION
 from proxy.server.routes import detect_dialect
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 

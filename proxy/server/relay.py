@@ -1,0 +1,325 @@
+"""Relaying upstream's response to the client: byte for byte (still content-encoded),
+as a buffered JSON body given to a tap, or as an SSE stream fed event by event to a
+tap that never delays an event it passes through. A tap that fails is disabled for
+the rest of the response (fail-open); a client that goes away stops the relay and
+drops the upstream connection."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.server.errors import ProxyError, sse_error_event
+from proxy.server.headers import downstream_headers
+from proxy.server.hooks import Decision, ResponseTap
+from proxy.server.logs import GATE_LOGGER
+from proxy.server.record import (
+    RequestRecord,
+    close_tap,
+    gate_headers,
+    log_gate_failure,
+    respond_error,
+    upstream_failure,
+)
+from proxy.server.routes import Route
+from proxy.server.sse import SSESplitter
+from proxy.server.state import CONFIG_KEY
+
+__all__ = ["relay"]
+
+_NO_BODY_STATUSES = frozenset({204, 304})
+
+
+async def relay(
+    request: web.Request,
+    rec: RequestRecord,
+    route: Route,
+    up: aiohttp.ClientResponse,
+    decision: Decision,
+    secret: str | None,
+) -> web.StreamResponse:
+    rec.upstream_status = up.status
+    rec.status = up.status
+    tap = decision.tap
+    content_type = up.headers.get("content-type", "")
+    is_sse = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+    encoding = up.headers.get("content-encoding", "identity").strip().lower()
+    if tap is not None and encoding not in ("", "identity"):
+        GATE_LOGGER.warning(
+            "upstream sent a content-encoded body despite identity request; tap bypassed",
+            extra={"fields": {"request_id": rec.request_id, "encoding": encoding}},
+        )
+        close_tap(tap, "content_encoding", rec, secret)
+        tap = None
+
+    out_headers = downstream_headers(up.headers)
+    no_body = request.method == "HEAD" or up.status in _NO_BODY_STATUSES or up.status < 200
+
+    if no_body:
+        resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
+        resp.headers.update(gate_headers(rec, decision))
+        if request.method == "HEAD" and "content-length" in up.headers:
+            resp.headers["content-length"] = up.headers["content-length"]
+        if tap is not None:
+            try:
+                tap.feed_json(up.status, b"")
+            except Exception as exc:  # noqa: BLE001
+                log_gate_failure("tap.feed_json", exc, secret, rec)
+        await resp.prepare(request)
+        await resp.write_eof()
+        return resp
+
+    if is_sse:
+        return await _relay_stream(request, rec, route, up, out_headers, decision, tap, secret)
+    if tap is not None:
+        return await _relay_tapped_json(request, rec, route, up, out_headers, decision, tap, secret)
+    return await _relay_bytes(request, rec, up, out_headers, decision)
+
+
+async def _read_upstream(up: aiohttp.ClientResponse, rec: RequestRecord) -> bytes:
+    """Read one chunk from upstream, accounting the wait as upstream time."""
+    t = time.perf_counter()
+    try:
+        return await up.content.readany()
+    finally:
+        rec.upstream_wait += time.perf_counter() - t
+
+
+async def _relay_bytes(
+    request: web.Request,
+    rec: RequestRecord,
+    up: aiohttp.ClientResponse,
+    out_headers: CIMultiDict[str],
+    decision: Decision,
+) -> web.StreamResponse:
+    """Relay a non-SSE body chunk by chunk, byte-exact, keeping Content-Length."""
+    resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
+    resp.headers.update(gate_headers(rec, decision))
+    length = up.headers.get("content-length")
+    if length is not None and length.isdigit():
+        resp.content_length = int(length)
+    await resp.prepare(request)
+    try:
+        while True:
+            chunk = await _read_upstream(up, rec)
+            if not chunk:
+                break
+            rec.bytes_out += len(chunk)
+            await _write(resp, chunk)
+        await resp.write_eof()
+    except _ClientGone:
+        rec.error = "client_disconnected"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        _, reason = upstream_failure(exc)
+        rec.error = reason
+        _abort_client(request)
+    except ConnectionError:
+        rec.error = "client_disconnected"
+    return resp
+
+
+async def _relay_tapped_json(
+    request: web.Request,
+    rec: RequestRecord,
+    route: Route,
+    up: aiohttp.ClientResponse,
+    out_headers: CIMultiDict[str],
+    decision: Decision,
+    tap: ResponseTap,
+    secret: str | None,
+) -> web.StreamResponse:
+    """Buffer a non-SSE body, give it to the tap, send what the tap returns."""
+    t = time.perf_counter()
+    try:
+        raw = await up.read()
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        rec.upstream_wait += time.perf_counter() - t
+        err, reason = upstream_failure(exc)
+        close_tap(tap, reason, rec, secret)
+        return respond_error(rec, route.dialect, err, decision)
+    except asyncio.CancelledError:
+        close_tap(tap, "client_disconnected", rec, secret)
+        raise
+    rec.upstream_wait += time.perf_counter() - t
+
+    if getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
+        # the tap only observes: send first, feed it in the next loop step (see hooks)
+        asyncio.get_running_loop().call_soon(_feed_json_later, tap, up.status, raw, rec, secret)
+        resp = web.Response(status=up.status, reason=up.reason, headers=out_headers, body=raw)
+        resp.headers.update(gate_headers(rec, decision))
+        rec.bytes_out = len(raw)
+        return resp
+
+    body = raw
+    try:
+        result = tap.feed_json(up.status, raw)
+        if not isinstance(result, (bytes, bytearray)):
+            raise TypeError(f"feed_json returned {type(result).__name__}, not bytes")
+        body = bytes(result)
+    except Exception as exc:  # noqa: BLE001
+        log_gate_failure("tap.feed_json", exc, secret, rec)
+        rec.error = "tap_error"
+        if not request.app[CONFIG_KEY].gate.fail_open:
+            return respond_error(
+                rec,
+                route.dialect,
+                ProxyError(502, "compaction-gate failed to process the response.", code="gate_error"),
+                decision,
+            )
+        body = raw
+    resp = web.Response(status=up.status, reason=up.reason, headers=out_headers, body=body)
+    resp.headers.update(gate_headers(rec, decision))
+    rec.bytes_out = len(body)
+    return resp
+
+
+def _feed_json_later(tap: ResponseTap, status: int, raw: bytes, rec: RequestRecord, secret: str | None) -> None:
+    try:
+        tap.feed_json(status, raw)
+    except Exception as exc:  # noqa: BLE001 - an observe-only tap broke its promise
+        log_gate_failure("tap.feed_json", exc, secret, rec)
+
+
+class _ClientGone(Exception):
+    """The client connection closed while we were writing to it."""
+
+
+async def _write(resp: web.StreamResponse, data: bytes) -> None:
+    try:
+        await resp.write(data)
+    except ConnectionError as exc:  # includes aiohttp.ClientConnectionResetError
+        raise _ClientGone from exc
+
+
+def _abort_client(request: web.Request) -> None:
+    """Drop the client connection so a truncated body is never seen as complete."""
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+class _TapGuard:
+    """Wraps a tap so that any exception disables it (fail-open mid-stream)."""
+
+    def __init__(self, tap: ResponseTap | None, rec: RequestRecord, secret: str | None) -> None:
+        self.tap = tap
+        self.rec = rec
+        self.secret = secret
+        self.spent = 0.0
+
+    def _fail(self, where: str, exc: Exception) -> None:
+        log_gate_failure(where, exc, self.secret, self.rec)
+        self.rec.error = "tap_error"
+        tap, self.tap = self.tap, None
+        close_tap(tap, "tap_error", self.rec, self.secret)
+
+    def event(self, raw: bytes) -> list[bytes]:
+        if self.tap is None:
+            return [raw]
+        t = time.perf_counter()
+        try:
+            out = self.tap.feed_event(raw)
+            if not isinstance(out, list) or not all(isinstance(e, (bytes, bytearray)) for e in out):
+                raise TypeError("feed_event must return a list of bytes")
+            return out
+        except Exception as exc:  # noqa: BLE001
+            self._fail("tap.feed_event", exc)
+            return [raw]
+        finally:
+            self.spent += time.perf_counter() - t
+
+    def finish(self) -> list[bytes]:
+        if self.tap is None:
+            return []
+        try:
+            out = self.tap.finish()
+            if not isinstance(out, list) or not all(isinstance(e, (bytes, bytearray)) for e in out):
+                raise TypeError("finish must return a list of bytes")
+            self.tap = None
+            return out
+        except Exception as exc:  # noqa: BLE001
+            self._fail("tap.finish", exc)
+            return []
+
+    def closed(self, reason: str) -> None:
+        tap, self.tap = self.tap, None
+        close_tap(tap, reason, self.rec, self.secret)
+
+
+async def _relay_stream(
+    request: web.Request,
+    rec: RequestRecord,
+    route: Route,
+    up: aiohttp.ClientResponse,
+    out_headers: CIMultiDict[str],
+    decision: Decision,
+    tap: ResponseTap | None,
+    secret: str | None,
+) -> web.StreamResponse:
+    """Relay SSE as it arrives: raw chunks without a tap, whole events with one."""
+    rec.sse = True
+    out_headers["X-Accel-Buffering"] = "no"
+    resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
+    resp.headers.update(gate_headers(rec, decision))
+    await resp.prepare(request)
+    guard = _TapGuard(tap, rec, secret)
+    splitter = SSESplitter() if tap is not None else None
+
+    async def send(parts: list[bytes]) -> None:
+        data = b"".join(parts)
+        if data:
+            rec.bytes_out += len(data)
+            await _write(resp, data)
+
+    try:
+        while True:
+            chunk = await _read_upstream(up, rec)
+            if not chunk:
+                break
+            if splitter is None or guard.tap is None:
+                if splitter is not None and splitter.pending:
+                    # the tap was disabled mid-stream: release what it had buffered
+                    chunk = splitter.flush() + chunk
+                await send([chunk])
+                continue
+            out: list[bytes] = []
+            for event in splitter.feed(chunk):
+                out.extend(guard.event(event))
+            await send(out)
+        if splitter is not None:
+            rest = splitter.flush()
+            tail: list[bytes] = []
+            if rest:
+                tail.extend(guard.event(rest))
+            tail.extend(guard.finish())
+            await send(tail)
+    except asyncio.CancelledError:
+        rec.error = "client_disconnected"
+        guard.closed("client_disconnected")
+        raise
+    except _ClientGone:
+        rec.error = "client_disconnected"
+        guard.closed("client_disconnected")
+        return resp
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        err, reason = upstream_failure(exc)
+        rec.error = reason
+        guard.closed(reason)
+        try:
+            await send([sse_error_event(route.dialect, err)])
+            await resp.write_eof()
+        except (_ClientGone, ConnectionError):
+            pass
+        return resp
+        rec.error = "client_disconnected"
+        guard.closed("client_disconnected")
+        return resp
+    try:
+        await resp.write_eof()
+    except ConnectionError:
+        rec.error = "client_disconnected"
+    return resp
