@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import secrets
 import threading
 import time
@@ -50,15 +49,15 @@ from proxy.core.lineage import (
     Match,
     Probe,
     Relation,
-    line_fingerprints,
     match,
 )
-from proxy.core.markers import Markers, default_markers, fold
+from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
 from proxy.core.responses import Reply
+from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.identity import ExplicitId, explicit_id
 from proxy.gate.ledger import PendingCount, cumulative, fixed_tokens, no_counts, share_of
-from proxy.gate.normalize import IncrementalNormalizer, Normalized, text_hash
+from proxy.gate.normalize import IncrementalNormalizer, Normalized
 from proxy.gate.tracking import TrackingTap
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
@@ -72,11 +71,6 @@ log = logging.getLogger(__name__)
 #: API kinds whose requests carry a conversation history.
 TRACKED_KINDS: frozenset[str] = frozenset({"chat", "messages", "responses"})
 
-_SUMMARY_WORDS = r"(?:summari[sz]e|summary|summarization|condense|compact(?:ion)?)"
-_HISTORY_WORDS = r"(?:conversation|history|transcript|chat|messages|discussion|session|context|dialogue)"
-_GENERIC_SUMMARY = re.compile(
-    rf"\b{_SUMMARY_WORDS}\b.{{0,120}}\b{_HISTORY_WORDS}\b|\b{_HISTORY_WORDS}\b.{{0,120}}\b{_SUMMARY_WORDS}\b", re.S
-)
 _SHORT_REQUEST = 3
 
 
@@ -177,8 +171,8 @@ class Tracker:
         self._recs: OrderedDict[str, ConversationRecord] = OrderedDict()
         self._hot: OrderedDict[str, _Hot] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._lines: OrderedDict[str, frozenset[int]] = OrderedDict()
-        self._hint_cache: OrderedDict[str, str | None] = OrderedDict()
+        self.hints = RequestHints(lambda: self.markers)
+        self.lines = LineMemory()
         self._blob_cache: OrderedDict[str, str] = OrderedDict()
         #: requests recorded with their accounting pending, per conversation (at most
         #: one each: recording the next request settles the previous one)
@@ -311,8 +305,8 @@ class Tracker:
         snap = norm.snapshot
         model = ex.model or snap.model
         self._ensure_warm(model)
-        agent = self._summarization_agent(snap)
-        lines = self._probe_lines(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
+        agent = self.hints.summarization_agent(snap)
+        lines = self.lines.probe(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
         if lines:
             self.settle_all()  # line matching sees every recorded request's lines
         probe = Probe(
@@ -322,7 +316,7 @@ class Tracker:
             agent is not None,
             lines,
             explicit is not None,
-            self._continuation_agent(snap) is not None,
+            self.hints.continuation_agent(snap) is not None,
             norm.reused_from,
             norm.reused,
         )
@@ -486,7 +480,7 @@ class Tracker:
             self.store.put_timeline(rec.id, entry)
         if msgs:
             self.store.put_messages(msgs)
-            self._remember_lines(rec.id, msgs)
+            self.lines.remember(self.index, rec.id, msgs)
             if obs.relation == "side_request":
                 rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
             elif rec.seq == obs.seq and reply is not None and reply.complete:
@@ -588,7 +582,7 @@ class Tracker:
             hot = self._hot.get(rec.id)
             if hot is not None and hot.snapshot is p.snapshot:
                 hot.cum, hot.tokenizer = cum, info.tokenizer
-        self._remember_lines(rec.id, p.new)
+        self.lines.remember(self.index, rec.id, p.new)
         if write:
             self.store.put_timeline(rec.id, entry)
             self.store.save_conversation(rec)
@@ -609,74 +603,6 @@ class Tracker:
         while len(self._blob_cache) > 256:
             self._blob_cache.popitem(last=False)
         self.store.put_blob(key, text)
-
-    def _summarization_agent(self, snap: Snapshot) -> str | None:
-        """Name of the agent whose summarization marker the request carries, ``"generic"``
-        for a generic summarize instruction about the conversation, else ``None``.
-        Only the last message and the system prompt are scanned (cached by digest)."""
-        if not snap.messages:
-            return None
-        last = snap.messages[-1]
-        if last.digest in self._hint_cache:
-            found = self._hint_cache[last.digest]
-        else:
-            found = None
-            if last.role in ("user", "system"):
-                text = last.text
-                folded = fold(text if len(text) <= 20_000 else text[:10_000] + " " + text[-10_000:])
-                found = self.markers.summarize_request_agent(folded, last.role)
-                if found is None:
-                    head = folded if len(folded) <= 4000 else folded[:1500] + " " + folded[-1500:]
-                    if _GENERIC_SUMMARY.search(head):
-                        found = "generic"
-            self._hint_cache[last.digest] = found
-            if len(self._hint_cache) > 4096:
-                self._hint_cache.popitem(last=False)
-        if found is None and snap.system:
-            key = "sys:" + text_hash(snap.system[:2000])
-            if key in self._hint_cache:
-                found = self._hint_cache[key]
-            else:
-                found = self.markers.summarize_request_agent(fold(snap.system[:20_000]), "system")
-                self._hint_cache[key] = found
-        return found
-
-    def _continuation_agent(self, snap: Snapshot) -> str | None:
-        """Agent whose post-compaction marker one of the first three messages carries."""
-        for x in snap.messages[:3]:
-            key = "cont:" + x.digest
-            if key in self._hint_cache:
-                found = self._hint_cache[key]
-            else:
-                text = x.text
-                found = self.markers.continuation_agent(fold(text[:4000]), x.role) if text else None
-                self._hint_cache[key] = found
-            if found is not None:
-                return found
-        return None
-
-    def _message_lines(self, msg: Message) -> frozenset[int]:
-        fps = self._lines.get(msg.digest)
-        if fps is None:
-            fps = line_fingerprints(msg.text, max_lines=64) if msg.parts else frozenset()
-            self._lines[msg.digest] = fps
-            if len(self._lines) > 50_000:
-                self._lines.popitem(last=False)
-        return fps
-
-    def _remember_lines(self, cid: str, msgs: tuple[Message, ...]) -> None:
-        for x in msgs:
-            fps = self._message_lines(x)
-            if fps:
-                self.index.add_lines(cid, fps)
-
-    def _probe_lines(self, snap: Snapshot) -> frozenset[int]:
-        """Lines of a short request (a history may be pasted into a message or, as Goose
-        does, into the system prompt); long texts are not sampled here."""
-        out: set[int] = set(line_fingerprints(snap.system))
-        for x in snap.messages:
-            out.update(line_fingerprints(x.text))
-        return frozenset(out)
 
     def _ensure_warm(self, model: str | None) -> None:
         if model and self.accounting.claim_warm(model):
@@ -713,7 +639,7 @@ class Tracker:
             tools = _tools_from_blob(self._blob_cache.get(rec.tools_hash, "[]")) if rec.tools_hash else ()
             snap = Snapshot(rec.dialect, system, snapshot_msgs, tools, rec.model)  # type: ignore[arg-type]
             self._hot[cid] = _Hot(snap, no_counts(), "")
-            self._remember_lines(cid, snapshot_msgs)
+            self.lines.remember(self.index, cid, snapshot_msgs)
             self._touch(cid)
 
 

@@ -1,0 +1,117 @@
+"""What a request's own text says about it, cached by message digest.
+
+:class:`RequestHints` recognises a summarization side request (an agent's summarize
+prompt, or a generic instruction to summarize the conversation) and a conversation
+continued after a compaction (an agent's continuation marker in its first messages).
+:class:`LineMemory` keeps the text-line fingerprints of messages, which lineage uses to
+attach a history pasted as text into one message to the conversation it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+
+from proxy.core.lineage import LineageIndex, line_fingerprints
+from proxy.core.markers import Markers, fold
+from proxy.core.messages import Message, Snapshot
+from proxy.gate.normalize import text_hash
+
+__all__ = ["LineMemory", "RequestHints"]
+
+_SUMMARY_WORDS = r"(?:summari[sz]e|summary|summarization|condense|compact(?:ion)?)"
+_HISTORY_WORDS = r"(?:conversation|history|transcript|chat|messages|discussion|session|context|dialogue)"
+_GENERIC_SUMMARY = re.compile(
+    rf"\b{_SUMMARY_WORDS}\b.{{0,120}}\b{_HISTORY_WORDS}\b|\b{_HISTORY_WORDS}\b.{{0,120}}\b{_SUMMARY_WORDS}\b", re.S
+)
+_MAX_HINTS = 4096
+_MAX_LINES = 50_000
+
+
+class RequestHints:
+    """Agent markers found in requests; ``markers`` gives the current marker set."""
+
+    def __init__(self, markers: Callable[[], Markers]) -> None:
+        self._markers = markers
+        self._cache: OrderedDict[str, str | None] = OrderedDict()
+
+    def _remember(self, key: str, found: str | None) -> None:
+        self._cache[key] = found
+        if len(self._cache) > _MAX_HINTS:
+            self._cache.popitem(last=False)
+
+    def summarization_agent(self, snap: Snapshot) -> str | None:
+        """Name of the agent whose summarization marker the request carries, ``"generic"``
+        for a generic summarize instruction about the conversation, else ``None``.
+        Only the last message and the system prompt are scanned (cached by digest)."""
+        if not snap.messages:
+            return None
+        last = snap.messages[-1]
+        if last.digest in self._cache:
+            found = self._cache[last.digest]
+        else:
+            found = None
+            if last.role in ("user", "system"):
+                text = last.text
+                folded = fold(text if len(text) <= 20_000 else text[:10_000] + " " + text[-10_000:])
+                found = self._markers().summarize_request_agent(folded, last.role)
+                if found is None:
+                    head = folded if len(folded) <= 4000 else folded[:1500] + " " + folded[-1500:]
+                    if _GENERIC_SUMMARY.search(head):
+                        found = "generic"
+            self._remember(last.digest, found)
+        if found is None and snap.system:
+            key = "sys:" + text_hash(snap.system[:2000])
+            if key in self._cache:
+                found = self._cache[key]
+            else:
+                found = self._markers().summarize_request_agent(fold(snap.system[:20_000]), "system")
+                self._remember(key, found)
+        return found
+
+    def continuation_agent(self, snap: Snapshot) -> str | None:
+        """Agent whose post-compaction marker one of the first three messages carries."""
+        for x in snap.messages[:3]:
+            key = "cont:" + x.digest
+            if key in self._cache:
+                found = self._cache[key]
+            else:
+                text = x.text
+                found = self._markers().continuation_agent(fold(text[:4000]), x.role) if text else None
+                self._remember(key, found)
+            if found is not None:
+                return found
+        return None
+
+
+class LineMemory:
+    """Text-line fingerprints per message digest (bounded, least recently added dropped)."""
+
+    def __init__(self) -> None:
+        self._lines: OrderedDict[str, frozenset[int]] = OrderedDict()
+
+    def of(self, msg: Message) -> frozenset[int]:
+        fps = self._lines.get(msg.digest)
+        if fps is None:
+            fps = line_fingerprints(msg.text, max_lines=64) if msg.parts else frozenset()
+            self._lines[msg.digest] = fps
+            if len(self._lines) > _MAX_LINES:
+                self._lines.popitem(last=False)
+        return fps
+
+    def remember(self, index: LineageIndex, conversation_id: str, msgs: tuple[Message, ...]) -> None:
+        """Index the lines of ``msgs`` as seen in ``conversation_id``."""
+        for x in msgs:
+            fps = self.of(x)
+            if fps:
+                index.add_lines(conversation_id, fps)
+
+    @staticmethod
+    def probe(snap: Snapshot) -> frozenset[int]:
+        """Lines of a short request (a history may be pasted into a message or, as Goose
+        does, into the system prompt); long texts are not sampled here."""
+        out: set[int] = set(line_fingerprints(snap.system))
+        for x in snap.messages:
+            out.update(line_fingerprints(x.text))
+        return frozenset(out)
