@@ -11,6 +11,7 @@ import anthropic
 import openai
 import pytest
 
+from proxy.core.messages import from_body
 from proxy.gate.tracker import Tracker
 from proxy.gate.tracking import TrackingInterceptor
 from proxy.state import MemoryStore
@@ -44,6 +45,7 @@ def test_openai_sdk_conversation_id_is_stable_across_compaction(tracked: tuple[P
     conv = build_task("migration", seed=7, filler=8)
     body = conv.to_openai(model="gpt-4o")
     msgs: list[Any] = list(body["messages"])
+    first = {"model": "gpt-4o", "messages": list(msgs), "tools": body.get("tools")}
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=msgs, tools=body.get("tools"))
     cid = raw.headers[H]
     assert cid and cid != "-"
@@ -59,6 +61,8 @@ def test_openai_sdk_conversation_id_is_stable_across_compaction(tracked: tuple[P
     rec = stack.bg.run(_get(tracker, cid))
     assert rec is not None and [t.relation for t in rec.timeline] == ["new", "extend"]
     assert rec.timeline[0].usage and rec.timeline[0].usage["output_tokens"]
+    # counted after the response (deferred), settled by the read: tiktoken's full count
+    assert rec.timeline[0].tokens == tracker.accounting.count_snapshot("gpt-4o", from_body("chat", first)) > 0
     assert rec.timeline[1].status == "ok" and rec.timeline[1].reply_messages == 1
     # LangChain-style compaction: summary + kept tail
     after = compact(conv, "langchain").after.to_openai(model="gpt-4o")
