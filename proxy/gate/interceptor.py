@@ -94,7 +94,7 @@ class GateInterceptor:
     ) -> None:
         self.tracker = tracker
         self.policies = policies
-        self.spill = spill or SpillStore()
+        self.spill = spill if spill is not None else SpillStore()  # an empty store is falsy (len)
         self.config = config or GateConfig()
         self._count = token_counter or default_token_counter()
         self._states = ConversationStates(self.config.max_conversations)

@@ -9,7 +9,11 @@
 - Bounded: records expire after the policy's TTL; the store keeps at most
   ``max_records`` (oldest evicted) and ``max_bytes`` per record (the region is cut, and
   says so).
-- In memory only: spilled regions do not survive a restart (documented limitation).
+- Durable when given a path (the served proxy puts it beside its SQLite state, see
+  :func:`proxy.gate.wiring.build_gate`): every record is also written to a SQLite file,
+  so a handle given to an agent still resolves after a restart, until it expires. The
+  in-memory store (``path=None``) loses them on restart. Spills are rare (a destructive
+  compaction under a ``spill`` policy), so the write is made at once, in the request.
 - Secrets found in the region are redacted before it is stored.
 
 Not done: the optional ``recall_context`` tool (the proxy advertising a tool and resolving
@@ -21,12 +25,15 @@ way to fetch it (a generic HTTP tool, or its operator).
 from __future__ import annotations
 
 import hmac
+import json
 import secrets
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -61,14 +68,53 @@ class SpillRecord:
         }
 
 
-class SpillStore:
-    """Thread-safe in-memory spill store."""
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spills (
+    handle TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created REAL NOT NULL,
+    expires REAL NOT NULL,
+    body TEXT NOT NULL
+)
+"""
 
-    def __init__(self, *, max_records: int = 10_000, clock: Callable[[], float] = time.time) -> None:
+
+class SpillStore:
+    """Thread-safe spill store: in memory, and in the SQLite file ``path`` if given
+    (records written there survive a restart; memory is then a cache of recent ones)."""
+
+    def __init__(
+        self,
+        *,
+        max_records: int = 10_000,
+        clock: Callable[[], float] = time.time,
+        path: str | Path | None = None,
+    ) -> None:
         self._records: OrderedDict[str, SpillRecord] = OrderedDict()
         self._lock = threading.Lock()
         self.max_records = max_records
         self._clock = clock
+        self.path = Path(path) if path is not None else None
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection | None:
+        """The database (opened on first use; caller holds the lock)."""
+        if self.path is None:
+            return None
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def put(
         self,
@@ -98,6 +144,18 @@ class SpillStore:
         with self._lock:
             self._records[rec.handle] = rec
             self._evict(now)
+            db = self._conn()
+            if db is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO spills(handle, tenant, created, expires, body) VALUES(?, ?, ?, ?, ?)",
+                    (rec.handle, rec.tenant, rec.created, rec.expires, json.dumps(_row(rec))),
+                )
+                db.execute("DELETE FROM spills WHERE expires <= ?", (now,))
+                db.execute(
+                    "DELETE FROM spills WHERE handle IN (SELECT handle FROM spills ORDER BY created DESC, rowid DESC"
+                    " LIMIT -1 OFFSET ?)",
+                    (self.max_records,),
+                )
         return rec
 
     def _evict(self, now: float) -> None:
@@ -106,16 +164,34 @@ class SpillStore:
         while len(self._records) > self.max_records:
             self._records.popitem(last=False)
 
+    def _load(self, handle: str) -> SpillRecord | None:
+        """A record written by an earlier run (caller holds the lock)."""
+        db = self._conn()
+        if db is None:
+            return None
+        row = db.execute("SELECT body FROM spills WHERE handle = ?", (handle,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return _from_row(json.loads(row[0]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
     def get(self, tenant: str, handle: str) -> SpillRecord | None:
         """The record if ``tenant`` owns it and it has not expired, else ``None``."""
         if not tenant or tenant == ANONYMOUS:
             return None
         with self._lock:
             rec = self._records.get(handle)
+            if rec is None and handle.startswith(HANDLE_PREFIX):
+                rec = self._load(handle)
             if rec is None:
                 return None
             if rec.expires <= self._clock():
-                del self._records[handle]
+                self._records.pop(handle, None)
+                db = self._conn()
+                if db is not None:
+                    db.execute("DELETE FROM spills WHERE handle = ?", (handle,))
                 return None
         if not hmac.compare_digest(rec.tenant.encode(), tenant.encode()):
             return None
@@ -124,6 +200,32 @@ class SpillStore:
     def __len__(self) -> int:
         with self._lock:
             return len(self._records)
+
+
+def _row(rec: SpillRecord) -> dict[str, Any]:
+    return {
+        "handle": rec.handle,
+        "tenant": rec.tenant,
+        "conversation": rec.conversation_id,
+        "text": rec.text,
+        "created": rec.created,
+        "expires": rec.expires,
+        "truncated": rec.truncated,
+        "bindings": list(rec.bindings),
+    }
+
+
+def _from_row(d: dict[str, Any]) -> SpillRecord:
+    return SpillRecord(
+        handle=d["handle"],
+        tenant=d["tenant"],
+        conversation_id=d["conversation"],
+        text=d["text"],
+        created=float(d["created"]),
+        expires=float(d["expires"]),
+        truncated=bool(d["truncated"]),
+        bindings=tuple(d["bindings"]),
+    )
 
 
 SPILL_STORE_KEY: web.AppKey[SpillStore] = web.AppKey("compaction_gate.spill_store", SpillStore)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -71,6 +72,7 @@ def install_gate(
         await asyncio.get_running_loop().run_in_executor(None, policy_catalog, gate.policies.policy)
         yield
         await gate.policies.stop()
+        gate.spill.close()
         if not conversations_api:
             await gate.tracker.close()
 
@@ -91,10 +93,18 @@ def build_tracker(config: Any) -> Any:
     return Tracker(store, TrackerConfig(ttl_seconds=float(state.ttl_seconds), max_conversations=state.max_conversations))
 
 
+def spill_path(config: Any) -> Path | None:
+    """Where spilled regions are kept: beside the SQLite state (``state.sqlite3`` →
+    ``state.spill.sqlite3``); ``None`` (memory only) with the memory backend."""
+    state = config.state
+    return Path(state.path).with_suffix(".spill.sqlite3") if state.backend == "sqlite" else None
+
+
 def build_gate(config: Any, *, tracker: Any | None = None) -> GateInterceptor:
     """Raises :class:`proxy.yamlconf.ConfigError` (file:line) for a bad policy."""
     holder = PolicyHolder(config.policy)
-    return GateInterceptor(tracker if tracker is not None else build_tracker(config), holder)
+    spill = spill_mod.SpillStore(path=spill_path(config))
+    return GateInterceptor(tracker if tracker is not None else build_tracker(config), holder, spill=spill)
 
 
 def create_gate_app(config: Any) -> web.Application:

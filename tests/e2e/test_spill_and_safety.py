@@ -166,3 +166,37 @@ def test_spilled_region_never_stores_secrets(tmp_path: Path) -> None:
         assert secret not in str(stack.events())
     finally:
         stack.close()
+
+
+def test_spilled_regions_survive_a_restart_until_they_expire(tmp_path: Path) -> None:
+    now = [1000.0]
+    path = tmp_path / "state.spill.sqlite3"
+    store = SpillStore(path=path, max_records=2, clock=lambda: now[0])
+    a = store.put("t1", "cv_1", "alembic revision 4f2a9c1e7b3d", ttl_seconds=10, max_bytes=1000,
+                  bindings=({"kind": "alembic_revision", "value": "4f2a9c1e7b3d"},))
+    store.close()
+    again = SpillStore(path=path, max_records=2, clock=lambda: now[0])  # a restarted proxy
+    got = again.get("t1", a.handle)
+    assert got is not None and got.to_json() == a.to_json()
+    assert again.get("t2", a.handle) is None and again.get("anonymous", a.handle) is None
+    assert again.get("t1", "spill_" + "A" * 32) is None
+    # bounded on disk as in memory: the oldest beyond max_records go
+    b = again.put("t1", "cv_1", "b", ttl_seconds=10, max_bytes=10)
+    now[0] += 1
+    c = again.put("t1", "cv_1", "c", ttl_seconds=10, max_bytes=10)
+    again.close()
+    third = SpillStore(path=path, max_records=2, clock=lambda: now[0])
+    assert third.get("t1", a.handle) is None and third.get("t1", b.handle) is not None
+    now[0] += 9.5  # 1010.5: b (until 1010) expired, c (until 1011) not yet
+    assert third.get("t1", b.handle) is None and third.get("t1", c.handle) is not None
+    third.close()
+
+
+def test_the_served_gate_keeps_spills_beside_its_sqlite_state(tmp_path: Path) -> None:
+    from proxy.config import ProxyConfig, StateSettings
+    from proxy.gate.wiring import build_gate
+
+    gate = build_gate(ProxyConfig(state=StateSettings(path=str(tmp_path / "state.sqlite3"))))
+    assert gate.spill.path == tmp_path / "state.spill.sqlite3"
+    memory = build_gate(ProxyConfig(state=StateSettings(backend="memory")))
+    assert memory.spill.path is None
