@@ -58,6 +58,13 @@ class ServerSettings:
     #: Upstream connection pool size (0 = unlimited).
     max_connections: int = 100
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: HTTP(S) proxy every upstream request goes through (``http://[user:pass@]host:port``;
+    #: HTTPS upstreams are tunnelled with CONNECT). Never logged.
+    upstream_proxy: str | None = field(default=None, repr=False)
+    #: Take the upstream proxy from ``HTTPS_PROXY``/``HTTP_PROXY`` (``ALL_PROXY``),
+    #: honouring ``NO_PROXY``, as curl and most HTTP clients do. Off by default so that
+    #: a proxy meant for something else (a package mirror) never captures model traffic.
+    proxy_from_env: bool = False
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -73,6 +80,8 @@ class ServerSettings:
             raise Invalid("shutdown_grace_seconds must not be negative", key="shutdown_grace_seconds")
         if self.max_connections < 0:
             raise Invalid("max_connections must not be negative", key="max_connections")
+        if self.upstream_proxy is not None and urlsplit(self.upstream_proxy).scheme not in ("http", "https"):
+            raise Invalid("upstream_proxy must be an http:// or https:// URL", key="upstream_proxy")
 
 
 @dataclass(frozen=True)

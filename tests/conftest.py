@@ -3,17 +3,21 @@
 ``stack``        — a running :class:`tests.support.ProxyStack` (fake upstream + proxy).
 ``make_stack``   — factory for stacks with custom ``server``/``gate`` settings.
 ``fake_upstream``— a bare :class:`FakeUpstream` on the test's own event loop (async tests).
+``json_log``     — everything logged under ``compaction_gate``, as the production JSON lines.
 No test reaches the network: every SDK client is given an explicit base URL.
 """
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
+from proxy.server.logs import JsonFormatter
 from tests.support import ProxyStack
 from tests.support.fake_upstream import FakeUpstream
 
@@ -49,3 +53,20 @@ async def fake_upstream() -> AsyncIterator[FakeUpstream]:
         yield fake
     finally:
         await fake.close()
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """Capture everything under ``compaction_gate`` as the production JSON lines."""
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("compaction_gate")
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield buf
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)

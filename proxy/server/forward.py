@@ -43,7 +43,7 @@ from proxy.server.record import (
 from proxy.server.relay import relay
 from proxy.server.routes import Route, classify
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
-from proxy.server.upstream import apply_credentials, select_upstream, target_url
+from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
 
 __all__ = ["BODY_CACHE", "proxy_handler"]
 
@@ -281,6 +281,7 @@ async def _forward(
             data=data,
             headers=headers,
             allow_redirects=False,
+            proxy=proxy_for(url, request.app[CONFIG_KEY].server),
         )
     except asyncio.CancelledError:
         rec.upstream_wait += time.perf_counter() - sent_at

@@ -1,16 +1,19 @@
-"""Upstream selection, URL joining and credential substitution. Pure; no I/O."""
+"""Upstream selection, URL joining, credential substitution and the outbound proxy.
+No I/O (the environment is read, for ``server.proxy_from_env``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
+from urllib.request import getproxies_environment
 
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.config import ProxyConfig, Upstream
+from proxy.config import ProxyConfig, ServerSettings, Upstream
 from proxy.server.hooks import DialectName
 
-__all__ = ["apply_credentials", "select_upstream", "target_url"]
+__all__ = ["apply_credentials", "proxy_for", "select_upstream", "target_url"]
 
 
 def select_upstream(config: ProxyConfig, dialect: DialectName, model: str | None) -> Upstream:
@@ -66,3 +69,58 @@ def apply_credentials(headers: CIMultiDict[str], upstream: Upstream, dialect: Di
         headers["x-api-key"] = upstream.api_key
     else:
         headers["authorization"] = f"Bearer {upstream.api_key}"
+
+
+def proxy_for(url: URL, server: ServerSettings, env: Mapping[str, str] | None = None) -> str | None:
+    """The HTTP(S) proxy a request to ``url`` goes through, or ``None`` (direct):
+    ``server.upstream_proxy`` if set; else, with ``server.proxy_from_env``, the
+    environment's ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` for the URL's scheme
+    unless ``NO_PROXY`` names its host (``env``: the environment, for tests)."""
+    if server.upstream_proxy:
+        return server.upstream_proxy
+    if not server.proxy_from_env:
+        return None
+    proxies = _env_proxies(env)
+    scheme = url.scheme or "http"
+    chosen = proxies.get(scheme) or proxies.get("all")
+    if not chosen or url.host is None:
+        return None
+    if _bypassed(url.host, url.port, proxies.get("no", "")):
+        return None
+    return chosen
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    """Does ``NO_PROXY`` exclude ``host``? Comma-separated names, each matching the host
+    itself or as a domain suffix (a leading dot is optional), optionally with
+    ``:port``; ``*`` excludes every host."""
+    host = host.lower().strip("[]")
+    for raw in no_proxy.split(","):
+        name = raw.strip().lower()
+        if not name:
+            continue
+        if name == "*":
+            return True
+        want_port: int | None = None
+        if name.count(":") == 1 and name.rsplit(":", 1)[1].isdigit():  # host:port (not IPv6)
+            name, p = name.rsplit(":", 1)
+            want_port = int(p)
+        name = name.lstrip(".").strip("[]")
+        if want_port is not None and want_port != port:
+            continue
+        if host == name or host.endswith("." + name):
+            return True
+    return False
+
+
+def _env_proxies(env: Mapping[str, str] | None) -> dict[str, str]:
+    if env is None:
+        return getproxies_environment()
+    out: dict[str, str] = {}
+    for name, value in env.items():  # as urllib reads them: lower case wins
+        low = name.lower()
+        if value and low.endswith("_proxy"):
+            key = low[: -len("_proxy")]
+            if name == low or key not in out:
+                out[key] = value
+    return out

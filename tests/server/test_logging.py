@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -16,29 +15,12 @@ import pytest
 
 from proxy.config import ProxyConfig, Upstream
 from proxy.server.hooks import Decision, Exchange
-from proxy.server.logs import JsonFormatter, configure_logging, redact
+from proxy.server.logs import configure_logging, redact
 from tests.support import ProxyStack
 from tests.support.fake_upstream import Fault
 
 OPENAI_KEY = "sk-proj-LEAKCHECK-aaaaaaaaaaaaaaaa"
 ANTHROPIC_KEY = "sk-ant-LEAKCHECK-bbbbbbbbbbbbbbbb"
-
-
-@pytest.fixture
-def json_log() -> Iterator[io.StringIO]:
-    """Capture everything under ``compaction_gate`` as the production JSON lines."""
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger("compaction_gate")
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield buf
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
 
 
 def lines(buf: io.StringIO) -> list[dict[str, Any]]:
