@@ -128,3 +128,30 @@ def test_tripwire_blocks_in_anthropic_streams() -> None:
         assert story.INVENTED in str(ei.value)
     finally:
         stack.close()
+
+
+def test_tripwire_annotates_a_responses_stream_the_sdk_reads(tmp_path: Any) -> None:
+    policy = tmp_path / "annotate.yaml"
+    policy.write_text("extends: default\ntripwire:\n  action: annotate\n")
+    stack = GateStack(str(policy), inventing_responder)
+    try:
+        agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), True)
+        agent.work(story.TASK)
+        agent.compact(story.LOSSY_SUMMARY)
+        agent.user(story.ROLLBACK_ASK)
+        kw = {"model": "gpt-4o", "instructions": story.SYSTEM, "input": agent.items, "tools": [TOOL]}
+        with agent.client.responses.stream(**kw) as s:
+            events = list(s)
+            resp = s.get_final_response()
+        calls = [o for o in resp.output if o.type == "function_call"]
+        assert calls and story.INVENTED in calls[0].arguments  # annotate keeps the call ...
+        note = resp.output_text  # ... and tells the agent, in an assistant message item
+        assert note.startswith("[compaction-gate warning]") and story.INVENTED in note and story.REVISION in note
+        seqs = [e.sequence_number for e in events]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        assert [e.type for e in events if e.type.startswith("response.output_text")] == [
+            "response.output_text.delta", "response.output_text.done"]
+        trip = [e for e in stack.events() if e["kind"] == "tripwire"]
+        assert trip and trip[-1]["tripwire"] == "annotate"
+    finally:
+        stack.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import time
 from typing import Any
 
 import aiohttp
@@ -18,24 +17,10 @@ from proxy.server.hooks import Decision, Exchange
 from proxy.server.logs import configure_logging, redact
 from tests.support import ProxyStack
 from tests.support.fake_upstream import Fault
+from tests.support.logs import access, lines
 
 OPENAI_KEY = "sk-proj-LEAKCHECK-aaaaaaaaaaaaaaaa"
 ANTHROPIC_KEY = "sk-ant-LEAKCHECK-bbbbbbbbbbbbbbbb"
-
-
-def lines(buf: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
-
-
-def access(buf: io.StringIO, expect: int | None = None) -> list[dict[str, Any]]:
-    """Access records; with ``expect``, wait briefly for lines still being written
-    (the line is emitted after the last byte reached the client)."""
-    deadline = time.monotonic() + 3.0
-    while True:
-        records = [r for r in lines(buf) if r["logger"] == "compaction_gate.access"]
-        if expect is None or len(records) >= expect or time.monotonic() > deadline:
-            return records
-        time.sleep(0.01)
 
 
 def test_one_json_line_per_request(stack: ProxyStack, json_log: io.StringIO) -> None:

@@ -19,6 +19,7 @@ from proxy.config import ServerSettings
 from proxy.server.upstream import proxy_for
 from proxy.yamlconf import Invalid
 from tests.support import BackgroundLoop, ProxyStack
+from tests.support.logs import access
 
 
 def settings(**kw: Any) -> ServerSettings:
@@ -125,7 +126,8 @@ def test_requests_go_through_the_configured_proxy_and_its_password_is_never_logg
     assert target == stack.fake.url + "/v1/chat/completions"
     assert auth is not None and auth.startswith("Basic ")  # credentials from the proxy URL
     assert len(stack.fake.requests) == 1
-    assert "hunter2-proxy-pass" not in json_log.getvalue() and json_log.getvalue()
+    assert access(json_log, expect=1)  # the request's line is written once the reply is sent
+    assert "hunter2-proxy-pass" not in json_log.getvalue()
 
 
 def test_proxy_from_the_environment_and_no_proxy(
@@ -143,9 +145,11 @@ def test_proxy_from_the_environment_and_no_proxy(
     assert _chat(stack) and len(forward_proxy.seen) == 1  # bypassed: direct again
 
 
-def test_an_unreachable_proxy_is_a_clear_upstream_error(make_stack: Any) -> None:
-    stack: ProxyStack = make_stack(server=settings(upstream_proxy="http://127.0.0.1:9"))
+def test_an_unreachable_proxy_is_a_clear_upstream_error(make_stack: Any, json_log: io.StringIO) -> None:
+    stack: ProxyStack = make_stack(server=settings(upstream_proxy="http://agent:hunter2-proxy-pass@127.0.0.1:9"))
     client = openai.OpenAI(api_key="sk-x", base_url=stack.openai_base_url, max_retries=0)
     with pytest.raises(openai.APIStatusError) as err:
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert err.value.status_code == 502 and "upstream" in str(err.value.body).lower()
+    assert access(json_log, expect=1)[0]["error"] == "upstream_unreachable"
+    assert "hunter2-proxy-pass" not in json_log.getvalue() + str(err.value.body)

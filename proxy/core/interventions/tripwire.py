@@ -6,10 +6,10 @@ hallucinated binding (signal 3 of DESIGN §3).
 calls of a non-streamed response; :class:`ToolCallStreamGuard` holds a stream's tool-call
 events until each call is complete, checks it, and then releases the events, replaces
 them with an error event (``block``) or adds a note (``annotate``). Text events are never
-held, so a reply without tool calls streams exactly as before.
-
-Limitation: ``annotate`` on a Responses API *stream* records the finding like ``warn``
-(adding a message item mid-stream is not implemented); JSON responses are annotated.
+held, so a reply without tool calls streams exactly as before. On a Responses API stream
+the note is an assistant message item added after the last output item, just before
+the final event (whose ``response.output`` then lists it too); later events'
+``sequence_number`` values are shifted so they stay consecutive.
 """
 
 from __future__ import annotations
@@ -191,6 +191,8 @@ def stream_error_event(api: ToolApi, message: str) -> bytes:
 
 
 Checker = Callable[[Sequence[ToolCall]], list[Hallucination]]
+#: Events that end a Responses stream (a note goes in just before).
+_RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 class ToolCallStreamGuard:
@@ -222,6 +224,9 @@ class ToolCallStreamGuard:
         self._notes: list[str] = []
         # responses: item id -> [name, args, call_id]
         self._resp_calls: dict[str, list[Any]] = {}
+        self._resp_last_index = -1  # highest output_index seen
+        self._resp_last_seq: int | None = None  # highest sequence_number seen (as sent)
+        self._resp_shift = 0  # events inserted so far
 
     def _report(self, found: list[Hallucination]) -> None:
         self.found.extend(found)
@@ -355,6 +360,15 @@ class ToolCallStreamGuard:
         if not isinstance(obj, dict):
             return self._pass_or_hold(ev.raw)
         typ = obj.get("type") or ev.event
+        if isinstance(obj.get("output_index"), int):
+            self._resp_last_index = max(self._resp_last_index, obj["output_index"])
+        if isinstance(obj.get("sequence_number"), int):
+            self._resp_last_seq = obj["sequence_number"]
+            if self._resp_shift:
+                obj["sequence_number"] += self._resp_shift
+                ev = SSEEvent(render_event(obj, ev.event), ev.event, None)
+        if typ in _RESPONSES_FINAL and self._notes and not self._holding:
+            return [*self._responses_note(obj), render_event(obj, ev.event)]
         item = obj.get("item") if isinstance(obj.get("item"), dict) else None
         if typ == "response.output_item.added" and item and item.get("type") in ("function_call", "custom_tool_call"):
             self._resp_calls[str(item.get("id"))] = [str(item.get("name", "")), "", item.get("call_id")]
@@ -373,3 +387,35 @@ class ToolCallStreamGuard:
             held, self._held, self._holding = self._held, [], False
             return held
         return self._pass_or_hold(ev.raw)
+
+
+    def _responses_note(self, final: dict[str, Any]) -> list[bytes]:
+        """The pending notes as a complete assistant message item (its events), added
+        to ``final``'s ``response.output``; ``final``'s sequence number is shifted."""
+        text = "[compaction-gate warning] " + "\n".join(self._notes)
+        self._notes = []
+        index = self._resp_last_index + 1
+        self._resp_last_index = index
+        item_id = f"msg_compaction_gate_{index}"
+        part = {"type": "output_text", "text": text, "annotations": []}
+        done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+        at = {"item_id": item_id, "output_index": index, "content_index": 0}
+        events: list[dict[str, Any]] = [
+            {"type": "response.output_item.added", "output_index": index,
+             "item": {**done_item, "status": "in_progress", "content": []}},
+            {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+            {"type": "response.output_text.delta", **at, "delta": text},
+            {"type": "response.output_text.done", **at, "text": text},
+            {"type": "response.content_part.done", **at, "part": part},
+            {"type": "response.output_item.done", "output_index": index, "item": done_item},
+        ]
+        if self._resp_last_seq is not None:  # the stream numbers its events: continue
+            base = self._resp_last_seq + self._resp_shift  # the final event's number as sent
+            for k, e in enumerate(events):
+                e["sequence_number"] = base + k
+            self._resp_shift += len(events)
+            final["sequence_number"] = base + len(events)
+        response = final.get("response")
+        if isinstance(response, dict) and isinstance(response.get("output"), list):
+            response["output"].append(done_item)
+        return [render_event(e, e["type"]) for e in events]

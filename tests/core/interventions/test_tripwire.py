@@ -106,3 +106,45 @@ def test_anthropic_stream_block_and_annotate() -> None:
     assert types.count("content_block_start") == 2 and types[-2:] == ["message_delta", "message_stop"]
     out = _run(ToolCallStreamGuard("messages", check, "warn"), evs(bad))
     assert out == evs(bad)
+
+
+def _responses_stream(arg: str) -> list[bytes]:
+    call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "bash", "arguments": ""}
+    done = {**call, "arguments": arg, "status": "completed"}
+    evs = [
+        {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": call},
+        {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_1", "delta": arg},
+        {"type": "response.function_call_arguments.done", "output_index": 0, "item_id": "fc_1", "arguments": arg},
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": [done]}},
+    ]
+    return [render_event({**e, "sequence_number": n}, e["type"]) for n, e in enumerate(evs)]
+
+
+def test_responses_stream_annotate_adds_a_message_item_and_keeps_numbering() -> None:
+    bad = json.dumps({"cmd": "alembic downgrade 0123456789ab"})
+    evs = _responses_stream(bad)
+    out = [parse_event(o) for o in _run(ToolCallStreamGuard("responses", check, "annotate"), evs)]
+    objs = [o.json() for o in out]
+    assert [o.event for o in out] == [o["type"] for o in objs]  # every event keeps its event: line
+    assert [o["sequence_number"] for o in objs] == list(range(len(objs)))  # consecutive, as upstream's
+    assert out[:5] == [parse_event(e) for e in evs[:5]]  # the tool call itself passes unchanged
+    types = [o["type"] for o in objs[5:]]
+    assert types == ["response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                     "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                     "response.completed"]
+    note = objs[-2]["item"]
+    assert objs[5]["output_index"] == objs[-2]["output_index"] == 1 and note["role"] == "assistant"
+    text = note["content"][0]["text"]
+    assert text.startswith("[compaction-gate warning]") and "0123456789ab" in text and "3f9a1c2b7d4e" in text
+    assert objs[-1]["response"]["output"] == [json.loads(evs[4].split(b"data: ", 1)[1])["item"], note]
+    # warn passes the stream through unchanged; block replaces the call with an error event
+    assert _run(ToolCallStreamGuard("responses", check, "warn"), evs) == evs
+    blocked = _run(ToolCallStreamGuard("responses", check, "block"), evs)
+    assert parse_event(blocked[-1]).json()["type"] == "error"
+
+
+def test_responses_stream_clean_call_is_not_annotated() -> None:
+    evs = _responses_stream(json.dumps({"cmd": "alembic downgrade 3f9a1c2b7d4e"}))
+    assert _run(ToolCallStreamGuard("responses", check, "annotate"), evs) == evs
