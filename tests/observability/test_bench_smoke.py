@@ -32,3 +32,15 @@ def test_bench_load_runs_and_reports_every_target() -> None:
         assert f"{n} agents [target 1] at 10 messages" in out
         assert f"{n} agents [target 2] gate CPU per request at 30 / at 10 messages" in out
         assert f"{n} agents [target 2] gate's own CPU per request (gate - bare) at 30 / at 10 messages" in out
+
+
+def test_bench_ab_compares_a_revision_with_the_working_tree() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.ab", "HEAD", "--agents", "1", "--size", "10", "--requests", "2",
+         "--repeat", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=True,
+    ).stdout
+    assert "gate@HEAD" in out and "gate@working tree" in out and "bare" in out
+    assert "working tree / base: added p50" in out
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert "cg-ab-base" not in worktrees  # the base checkout is removed afterwards
