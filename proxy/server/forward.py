@@ -44,6 +44,7 @@ from proxy.server.relay import relay
 from proxy.server.routes import Route, classify
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
+from proxy.server.websocket import is_websocket, relay_websocket
 
 __all__ = ["BODY_CACHE", "proxy_handler"]
 
@@ -102,6 +103,9 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
     rec.kind, rec.dialect = route.kind, route.dialect
     secret = credential(request.headers)
     rec.tenant = tenant_of(secret)
+    if is_websocket(request):
+        rec.kind = "websocket"
+        return await relay_websocket(request, rec, route)
 
     limit = config.server.max_body_bytes
     body = await _read_body(request, limit)
