@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.messages import Message, Snapshot
+from proxy.core.messages import Message, Snapshot, tools_text
 from proxy.tokenizer import encoding_name_for_model, get_encoding
 
 __all__ = ["MESSAGE_OVERHEAD", "REPLY_OVERHEAD", "ModelInfo", "TokenAccounting", "is_openai_model"]
@@ -349,6 +349,14 @@ class TokenAccounting:
         definitions and reply framing. With ``system_key``/``tools_key`` (content hashes)
         those are tokenised once. Cost is O(messages) cache look-ups plus the
         tokenisation of messages not seen before."""
+        total = self.framing_tokens(model, snap, system_key, tools_key)
+        for m in snap.messages:
+            total += self.count_message(model, m)
+        return total
+
+    def framing_tokens(self, model: str | None, snap: Snapshot, system_key: str = "", tools_key: str = "") -> int:
+        """Tokens of a request outside its messages: reply framing, system prompt, tool
+        definitions (tokenised once per ``system_key``/``tools_key`` content hash)."""
         total = REPLY_OVERHEAD
         if snap.system:
             total += MESSAGE_OVERHEAD + (
@@ -358,11 +366,9 @@ class TokenAccounting:
             )
         if snap.tools:
             tools = snap.tools
-
-            def tools_text() -> str:
-                return "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
-
-            total += self.count_keyed_text(model, "t:" + tools_key, tools_text) if tools_key else self.count_text(model, tools_text())
-        for m in snap.messages:
-            total += self.count_message(model, m)
+            total += (
+                self.count_keyed_text(model, "t:" + tools_key, lambda: tools_text(tools))
+                if tools_key
+                else self.count_text(model, tools_text(tools))
+            )
         return total

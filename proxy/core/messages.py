@@ -115,8 +115,13 @@ class Snapshot:
         """System prompt, every message and every tool definition, as one text."""
         chunks = [self.system]
         chunks.extend(m.text for m in self.messages)
-        chunks.extend(f"{t.name}\n{t.description}\n{t.schema}" for t in self.tools)
+        chunks.append(tools_text(self.tools))
         return "\n".join(c for c in chunks if c)
+
+
+def tools_text(tools: tuple[ToolDef, ...]) -> str:
+    """Tool definitions as one text (what they cost in tokens, and their content hash)."""
+    return "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
 
 
 # --------------------------------------------------------------------------- hashing

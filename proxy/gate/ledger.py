@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 from proxy.accounting import TokenAccounting
 from proxy.core.messages import Message, Snapshot
-from proxy.gate.normalize import tools_text
 from proxy.state.records import TimelineEntry
 
-__all__ = ["PendingCount", "cumulative", "fixed_tokens", "no_counts", "share_of"]
+__all__ = ["PendingCount", "cumulative", "no_counts", "share_of"]
 
 
 def no_counts() -> array[int]:
@@ -59,20 +58,6 @@ def cumulative(
     for msg in messages[len(cum) - 1 :]:
         cum.append(cum[-1] + accounting.count_message(model, msg))
     return cum
-
-
-def fixed_tokens(
-    accounting: TokenAccounting, model: str | None, snap: Snapshot, system_hash: str, tools_hash: str
-) -> int:
-    """Tokens of a request outside its messages: reply priming, system prompt, tools
-    (each cached by its content hash)."""
-    n = 3
-    if snap.system:
-        n += 3 + accounting.count_keyed_text(model, "s:" + system_hash, snap.system)
-    if snap.tools:
-        tools = snap.tools
-        n += accounting.count_keyed_text(model, "t:" + tools_hash, lambda: tools_text(tools))
-    return n
 
 
 def share_of(tokens: int, window: int | None) -> float | None:

@@ -23,11 +23,11 @@ from typing import Any
 from proxy.core.messages import (
     Message,
     Snapshot,
-    ToolDef,
     from_anthropic,
     from_body,
     openai_chat_tail,
     openai_responses_tail,
+    tools_text,
 )
 
 __all__ = ["IncrementalNormalizer", "Normalized", "text_hash"]
@@ -40,10 +40,6 @@ def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
-def tools_text(tools: tuple[ToolDef, ...]) -> str:
-    return "\n".join(f"{t.name}\n{t.description}\n{t.schema}" for t in tools)
-
-
 @dataclass(frozen=True, slots=True)
 class Normalized:
     """A normalised request: the snapshot, its message digests, content hashes of the
@@ -51,11 +47,14 @@ class Normalized:
     remembered request of conversation ``reused_from``."""
 
     snapshot: Snapshot
-    digests: tuple[str, ...]
     system_hash: str
     tools_hash: str
     reused: int
     reused_from: str | None = None
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        return self.snapshot.digests
 
 
 @dataclass(slots=True)
@@ -110,7 +109,6 @@ class IncrementalNormalizer:
         snap = from_body(api, body)
         return Normalized(
             snap,
-            tuple(m.digest for m in snap.messages),
             text_hash(snap.system),
             text_hash(tools_text(snap.tools)),
             0,
@@ -154,7 +152,7 @@ class IncrementalNormalizer:
         model = body.get("model") if isinstance(body.get("model"), str) else None
         digests = prev.digests + tuple(m.digest for m in new_msgs)
         snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model).with_digests(digests)
-        return Normalized(snap, digests, system_hash, tools_hash, len(prev.snapshot.messages), best_key)
+        return Normalized(snap, system_hash, tools_hash, len(prev.snapshot.messages), best_key)
 
     def remember(self, namespace: str, key: str, api: str, body: Mapping[str, Any], norm: Normalized) -> None:
         """Remember ``body`` as the latest request of conversation ``key``."""

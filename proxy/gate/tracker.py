@@ -56,7 +56,7 @@ from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
 from proxy.core.responses import Reply
 from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.identity import ExplicitId, explicit_id
-from proxy.gate.ledger import PendingCount, cumulative, fixed_tokens, no_counts, share_of
+from proxy.gate.ledger import PendingCount, cumulative, no_counts, share_of
 from proxy.gate.normalize import IncrementalNormalizer, Normalized
 from proxy.gate.tracking import TrackingTap
 from proxy.server.hooks import Exchange
@@ -573,7 +573,7 @@ class Tracker:
         info = self.accounting.model_info(p.model)
         base = p.base if p.tokenizer == info.tokenizer else no_counts()
         cum = cumulative(self.accounting, p.model, p.snapshot.messages, base)
-        tokens = cum[-1] + fixed_tokens(self.accounting, p.model, p.snapshot, p.system_hash, p.tools_hash)
+        tokens = cum[-1] + self.accounting.framing_tokens(p.model, p.snapshot, p.system_hash, p.tools_hash)
         entry = p.entry
         entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
         entry.share = share_of(tokens, info.window)
