@@ -3,7 +3,8 @@ No I/O (the environment is read, for ``server.proxy_from_env``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from urllib import request as _urllib_request
 from urllib.parse import urlsplit
 from urllib.request import getproxies_environment
 
@@ -14,6 +15,10 @@ from proxy.config import ProxyConfig, ServerSettings, Upstream
 from proxy.server.hooks import DialectName
 
 __all__ = ["apply_credentials", "proxy_for", "select_upstream", "target_url"]
+
+#: urllib's NO_PROXY matching (names, domain suffixes, host:port, ``*``); typeshed
+#: does not declare it.
+_proxy_bypass: Callable[[str, Mapping[str, str]], bool] = _urllib_request.proxy_bypass_environment  # type: ignore[attr-defined]
 
 
 def select_upstream(config: ProxyConfig, dialect: DialectName, model: str | None) -> Upstream:
@@ -85,32 +90,10 @@ def proxy_for(url: URL, server: ServerSettings, env: Mapping[str, str] | None = 
     chosen = proxies.get(scheme) or proxies.get("all")
     if not chosen or url.host is None:
         return None
-    if _bypassed(url.host, url.port, proxies.get("no", "")):
+    host = f"{url.host}:{url.port}" if url.port else url.host
+    if _proxy_bypass(host, proxies):  # NO_PROXY, as urllib reads it
         return None
     return chosen
-
-
-def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
-    """Does ``NO_PROXY`` exclude ``host``? Comma-separated names, each matching the host
-    itself or as a domain suffix (a leading dot is optional), optionally with
-    ``:port``; ``*`` excludes every host."""
-    host = host.lower().strip("[]")
-    for raw in no_proxy.split(","):
-        name = raw.strip().lower()
-        if not name:
-            continue
-        if name == "*":
-            return True
-        want_port: int | None = None
-        if name.count(":") == 1 and name.rsplit(":", 1)[1].isdigit():  # host:port (not IPv6)
-            name, p = name.rsplit(":", 1)
-            want_port = int(p)
-        name = name.lstrip(".").strip("[]")
-        if want_port is not None and want_port != port:
-            continue
-        if host == name or host.endswith("." + name):
-            return True
-    return False
 
 
 def _env_proxies(env: Mapping[str, str] | None) -> dict[str, str]:
