@@ -26,6 +26,8 @@ from proxy.server.upstream import apply_credentials, proxy_for, select_upstream,
 
 __all__ = ["is_websocket", "relay_websocket"]
 
+_Socket = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
+
 #: Handshake headers aiohttp sets itself on the upstream connection.
 _HANDSHAKE = ("sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
               "sec-websocket-protocol", "upgrade", "connection")
@@ -76,30 +78,25 @@ async def _pump_both(client: web.WebSocketResponse, up: aiohttp.ClientWebSocketR
                      rec: RequestRecord) -> None:
     """Relay frames both ways until one side closes; then close the other alike."""
 
-    async def pump(src: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-                   dst: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, inbound: bool) -> None:
-        async for msg in src:
+    async def pump(src: _Socket, dst: _Socket, inbound: bool) -> None:
+        size = 0
+        async for msg in src:  # ends at CLOSE / CLOSING / ERROR
             if msg.type == WSMsgType.TEXT:
-                data = msg.data.encode()
                 await dst.send_str(msg.data)
+                size += len(msg.data)  # JSON events: characters are bytes; no copy to count
             elif msg.type == WSMsgType.BINARY:
-                data = msg.data
                 await dst.send_bytes(msg.data)
+                size += len(msg.data)
             elif msg.type == WSMsgType.PING:
                 await dst.ping(msg.data)
-                continue
             elif msg.type == WSMsgType.PONG:
                 await dst.pong(msg.data)
-                continue
-            else:  # CLOSE / CLOSING / ERROR end the iteration
-                continue
             if inbound:
-                rec.bytes_in += len(data)
+                rec.bytes_in = size
             else:
-                rec.bytes_out += len(data)
-        code = src.close_code or aiohttp.WSCloseCode.OK
+                rec.bytes_out = size
         if not dst.closed:
-            await dst.close(code=code)
+            await dst.close(code=src.close_code or aiohttp.WSCloseCode.OK)
 
     tasks = [asyncio.ensure_future(pump(client, up, True)), asyncio.ensure_future(pump(up, client, False))]
     try:
