@@ -203,16 +203,8 @@ class SpillStore:
 
 
 def _row(rec: SpillRecord) -> dict[str, Any]:
-    return {
-        "handle": rec.handle,
-        "tenant": rec.tenant,
-        "conversation": rec.conversation_id,
-        "text": rec.text,
-        "created": rec.created,
-        "expires": rec.expires,
-        "truncated": rec.truncated,
-        "bindings": list(rec.bindings),
-    }
+    """What is stored: the served JSON plus the owning tenant's hash."""
+    return {**rec.to_json(), "tenant": rec.tenant}
 
 
 def _from_row(d: dict[str, Any]) -> SpillRecord:
