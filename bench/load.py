@@ -40,6 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from aiohttp import web
 
+from proxy.state.sqlite import FLUSH_DELAY
+
+#: Pause between the warm-up and the measured rounds: twice the SQLite store's flush
+#: delay, so the warm-up's batched writes are not counted as measured CPU.
+SETTLE_SECONDS = 2 * FLUSH_DELAY
+
 SYSTEM = "You are an operations agent. Keep every identifier you will need to undo a step."
 
 
@@ -200,14 +206,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def run_all(targets: dict[str, str], size: int, agents: int, requests: int, warmup: int,
-                  seed: int, pids: dict[str, int] | None = None) -> dict[str, tuple[list[float], float, float]]:
+                  seed: int, pids: dict[str, int] | None = None, settle: float = SETTLE_SECONDS,
+                  ) -> dict[str, tuple[list[float], float, float]]:
     """Every target gets its own population of agents (same seeds, same histories).
     Requests are interleaved: in each round every target, in a shuffled order, gets one
     request from each of its agents (concurrently), so load from anything else on the
     machine hits all targets alike. Bodies are serialised before a round is timed.
     Returns per target the measured latencies (s), the time spent serving them (for
     requests/s) and, for targets in ``pids``, the server process's CPU seconds per
-    measured request (all its threads; warm-up rounds excluded)."""
+    measured request (all its threads; warm-up rounds, and ``settle`` seconds after them
+    for the servers' deferred work, excluded)."""
     pops = {name: [Agent(seed * 1000 + a, size) for a in range(agents)] for name in targets}
     lat: dict[str, list[float]] = {name: [] for name in targets}
     busy: dict[str, float] = {name: 0.0 for name in targets}
@@ -234,6 +242,11 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
 
             for k in range(warmup + requests):
                 if k == warmup:
+                    # a conversation's first request is a one-time cost (its whole history
+                    # is normalised, counted and written); its batched state write lands up
+                    # to the store's flush delay later. Let it land before measuring the
+                    # steady state of the growing conversations.
+                    await asyncio.sleep(settle)
                     cpu0 = {name: cpu_seconds(pid) for name, pid in (pids or {}).items()}
                 order = list(targets)
                 rng.shuffle(order)
