@@ -21,7 +21,10 @@ hashed, tokenised and scanned once, cached by digest); the history itself is onl
 touched by C-level comparisons. Store writes are enqueued and batched off the loop. The
 interceptors observe with the token accounting deferred (:mod:`proxy.gate.ledger`):
 it is settled after the response, before the conversation's next request, or when the
-conversation is read, so tokenising is never on a request's critical path.
+conversation is read, so tokenising is never on a request's critical path. Replies fed
+by the tap are recorded once the event loop is quiet (:mod:`proxy.gate.quiet`): after
+the rest of a burst of requests, and always before the next request is observed or
+anything is read.
 
 Secrets: only the tenant hash is kept; no header value is stored (explicit session ids
 become conversation ids).
@@ -58,6 +61,7 @@ from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.identity import ExplicitId, explicit_id
 from proxy.gate.ledger import PendingCount, cumulative, no_counts, share_of
 from proxy.gate.normalize import IncrementalNormalizer, Normalized
+from proxy.gate.quiet import QuietQueue
 from proxy.gate.tracking import TrackingTap
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
@@ -177,6 +181,10 @@ class Tracker:
         #: requests recorded with their accounting pending, per conversation (at most
         #: one each: recording the next request settles the previous one)
         self._pending: dict[str, PendingCount] = {}
+        #: replies waiting to be recorded (see :meth:`record_reply_soon`)
+        self._replies: QuietQueue[tuple[Observation, Reply | None, str]] = QuietQueue(
+            lambda r: self.record_reply(*r)
+        )
         self._started = False
 
     @property
@@ -219,20 +227,30 @@ class Tracker:
         self.settle_all()
         await self.store.flush()
 
+    def settle_all(self) -> None:
+        """Record every waiting reply and settle every pending accounting (readers,
+        flush and shutdown call this)."""
+        self._replies.drain()
+        for cid in list(self._pending):
+            self._settle(cid)
+
     # ------------------------------------------------------------------ queries
 
     def get(self, conversation_id: str) -> ConversationRecord | None:
-        """A conversation, its accounting settled."""
+        """A conversation, its replies recorded and its accounting settled."""
+        self._replies.drain()
         self._settle(conversation_id)
         return self._recs.get(conversation_id)
 
     def conversations(self) -> list[ConversationRecord]:
-        """All live conversations, most recently seen first, their accounting settled."""
+        """All live conversations, most recently seen first, their replies recorded and
+        their accounting settled."""
         self.settle_all()
         return list(reversed(self._recs.values()))
 
     async def history(self, conversation_id: str) -> Snapshot | None:
         """The conversation's current history (loaded from the store if cold)."""
+        self._replies.drain()
         hot = self._hot.get(conversation_id)
         if hot is not None:
             return hot.snapshot
@@ -293,6 +311,7 @@ class Tracker:
         always counted at once."""
         if not self.tracks(ex):
             return None
+        self._replies.drain()  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
         api = ex.kind
@@ -457,6 +476,12 @@ class Tracker:
 
     # ------------------------------------------------------------------ replies
 
+    def record_reply_soon(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
+        """:meth:`record_reply`, once the event loop is quiet (see
+        :mod:`proxy.gate.quiet`): after the other requests of a burst, at the latest
+        before the next request is observed or anything is read."""
+        self._replies.push((obs, reply, status))
+
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
         error). Appended to the history only if ``obs`` is still the conversation's
@@ -593,10 +618,6 @@ class Tracker:
         if p is not None and rec is not None:
             self._account(rec, p, write)
 
-    def settle_all(self) -> None:
-        """Settle every pending accounting (readers and shutdown call this)."""
-        for cid in list(self._pending):
-            self._settle(cid)
 
     def _put_blob(self, key: str, text: str) -> None:
         self._blob_cache[key] = text

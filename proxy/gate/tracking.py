@@ -26,7 +26,8 @@ class TrackingTap:
     """Records the reply of one request. Events are passed through unchanged and
     immediately; reassembly is a cheap parse per event. Never raises, never changes a
     response: ``observe_only`` (the server may record a JSON reply right after sending
-    it, see :class:`proxy.server.hooks.ResponseTap`)."""
+    it, see :class:`proxy.server.hooks.ResponseTap`). The reassembled reply is recorded
+    when the event loop is quiet (:meth:`Tracker.record_reply_soon`)."""
 
     observe_only = True
 
@@ -41,7 +42,7 @@ class TrackingTap:
             return
         self._done = True
         try:
-            self.tracker.record_reply(self.obs, reply, status)
+            self.tracker.record_reply_soon(self.obs, reply, status)
         except Exception:  # observing must never break the response
             log.exception("tracker: could not record reply")
 

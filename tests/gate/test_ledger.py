@@ -4,6 +4,7 @@ settles it (its reply, the conversation's next request, a read, shutdown)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -45,6 +46,8 @@ async def test_pending_until_a_reply_a_read_or_the_next_request() -> None:
     obs2 = await t.observe(exchange(body(msgs)), defer_accounting=True)
     assert obs2 is not None and obs2.relation == "extend" and rec.timeline[-1].tokens == 0
     t.tap(obs2).feed_json(200, chat_reply("fine"))
+    assert rec.timeline[-1].tokens == 0 and rec.timeline[-1].status == "pending"  # recorded once the loop is quiet
+    await asyncio.sleep(0.05)
     assert rec.timeline[-1].tokens == t.accounting.count_snapshot(MODEL, obs2.current) and rec.timeline[-1].reply_tokens > 0
 
     # no reply at all (e.g. the gate rejected it): the next request settles it first
@@ -81,6 +84,7 @@ async def test_interceptor_counts_after_the_response() -> None:
     assert rec.timeline[-1].tokens == 0  # the response is not held up by counting
     late.tap.feed_json(200, chat_reply("ok"))  # the server feeds the tap once the reply is relayed
     full = t.accounting.count_snapshot(MODEL, from_body("chat", body(msgs)))
+    await asyncio.sleep(0.05)  # ... and the reply is recorded once the loop is quiet
     assert rec.timeline[-1].tokens == rec.tokens == full
     await t.close()
 

@@ -220,7 +220,7 @@ async def test_upstream_error_and_disconnect_are_recorded(tracker: Tracker) -> N
     tap = tracker.tap(obs2)
     tap.feed_event(b'data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n')
     tap.closed("client_disconnected")
-    assert rec.timeline[-1].status == "client_disconnected"
+    assert tracker.get(obs.conversation_id) is rec and rec.timeline[-1].status == "client_disconnected"
     assert len(rec.digests) == 3  # a cut-short reply is not added to the history
 
 
