@@ -5,7 +5,12 @@ messages per request would make the tracker's cost grow with the history, so the
 normaliser remembers, per conversation, the parsed items of its last request and their
 :class:`~proxy.core.messages.Message` objects. When a new body's items start with those
 items (a C-level ``==`` over the parsed JSON, far cheaper than re-normalising), only the
-new items are normalised.
+new items are normalised. Which conversation's last request a body extends is found by
+object identity first: the server's incremental JSON parse
+(:class:`proxy.core.jsonbody.BodyCache`) reuses the parsed objects of a byte-identical
+prefix, so the body's items include the very objects of that request's items, and a
+look-up by the identity of an item finds it without comparing the body with every
+conversation of the namespace; bodies parsed otherwise fall back to comparing.
 
 Contract: the result is always identical (same messages, same digests, same system and
 tools) to ``proxy.core.messages.from_body(api, body)`` — the fast path is an
@@ -64,6 +69,9 @@ class _Entry:
     system_raw: Any
     tools_raw: Any
     norm: Normalized
+    #: id() of the last item when remembered (its key in the identity index; kept so a
+    #: later change to the list cannot strand the index entry)
+    last_id: int | None = None
 
 
 def _items(api: str, body: Mapping[str, Any]) -> list[Any] | None:
@@ -99,6 +107,9 @@ class IncrementalNormalizer:
 
     def __init__(self, max_per_namespace: int = 64, max_entries: int = 4096) -> None:
         self._by_ns: dict[str, OrderedDict[str, _Entry]] = {}
+        #: per namespace: id() of each entry's last item → the keys of those entries (an
+        #: entry holds its items, so an id is never reused while it is listed)
+        self._by_last: dict[str, dict[int, list[str]]] = {}
         self._lru: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.max_per_namespace = max_per_namespace
         self.max_entries = max_entries
@@ -122,15 +133,9 @@ class IncrementalNormalizer:
         best: _Entry | None = None
         best_key: str | None = None
         if items is not None and bucket:
-            n = len(items)
-            for key, e in reversed(bucket.items()):
-                k = len(e.items)
-                if e.api != api or k > n or not e.norm.snapshot.messages or k == 0:
-                    continue
-                if items[0] != e.items[0] or items[k - 1] != e.items[k - 1] or items[:k] != e.items:
-                    continue
-                if best is None or k > len(best.items):
-                    best, best_key = e, key
+            best, best_key = self._by_identity(namespace, bucket, api, items)
+            if best is None:
+                best, best_key = _by_comparison(bucket, api, items)
         if best is None:
             self.misses += 1
             return self._full(api, body)
@@ -154,6 +159,45 @@ class IncrementalNormalizer:
         snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model).with_digests(digests)
         return Normalized(snap, system_hash, tools_hash, len(prev.snapshot.messages), best_key)
 
+    def _by_identity(
+        self, namespace: str, bucket: OrderedDict[str, _Entry], api: str, items: list[Any]
+    ) -> tuple[_Entry | None, str | None]:
+        """The remembered request with the longest items that ``items`` starts with,
+        found through the identity of its last item (items scanned from the end: an
+        extension's match is a few new items back)."""
+        last = self._by_last.get(namespace)
+        if not last:
+            return None, None
+        get = last.get
+        for i in range(len(items) - 1, -1, -1):
+            keys = get(id(items[i]))
+            if keys is None:
+                continue
+            k = i + 1
+            for key in keys:
+                e = bucket.get(key)
+                if e is not None and e.api == api and len(e.items) == k and e.norm.snapshot.messages and items[:k] == e.items:
+                    return e, key
+        return None, None
+
+    def _link(self, namespace: str, key: str, e: _Entry) -> None:
+        if e.items:
+            e.last_id = id(e.items[-1])
+            self._by_last.setdefault(namespace, {}).setdefault(e.last_id, []).append(key)
+
+    def _unlink(self, namespace: str, key: str, e: _Entry) -> None:
+        last = self._by_last.get(namespace)
+        ident = e.last_id
+        if last is None or ident is None:
+            return
+        keys = last.get(ident)
+        if keys is not None and key in keys:
+            keys.remove(key)
+            if not keys:
+                del last[ident]
+                if not last:
+                    del self._by_last[namespace]
+
     def remember(self, namespace: str, key: str, api: str, body: Mapping[str, Any], norm: Normalized) -> None:
         """Remember ``body`` as the latest request of conversation ``key``."""
         items = _items(api, body)
@@ -162,25 +206,50 @@ class IncrementalNormalizer:
         bucket = self._by_ns.get(namespace)
         if bucket is None:
             bucket = self._by_ns[namespace] = OrderedDict()
-        bucket[key] = _Entry(api, items, _system_raw(api, body), body.get("tools") or body.get("functions"), norm)
+        old_entry = bucket.get(key)
+        if old_entry is not None:
+            self._unlink(namespace, key, old_entry)
+        entry = _Entry(api, items, _system_raw(api, body), body.get("tools") or body.get("functions"), norm)
+        bucket[key] = entry
         bucket.move_to_end(key)
+        self._link(namespace, key, entry)
         self._lru[(namespace, key)] = None
         self._lru.move_to_end((namespace, key))
         while len(bucket) > self.max_per_namespace:
-            old, _ = bucket.popitem(last=False)
+            old, gone = bucket.popitem(last=False)
+            self._unlink(namespace, old, gone)
             self._lru.pop((namespace, old), None)
         while len(self._lru) > self.max_entries:
             (ns, old), _ = self._lru.popitem(last=False)
-            b = self._by_ns.get(ns)
-            if b is not None:
-                b.pop(old, None)
-                if not b:
-                    del self._by_ns[ns]
+            self._drop(ns, old)
 
     def forget(self, namespace: str, key: str) -> None:
-        b = self._by_ns.get(namespace)
-        if b is not None:
-            b.pop(key, None)
-            if not b:
-                del self._by_ns[namespace]
+        self._drop(namespace, key)
         self._lru.pop((namespace, key), None)
+
+    def _drop(self, namespace: str, key: str) -> None:
+        b = self._by_ns.get(namespace)
+        if b is None:
+            return
+        e = b.pop(key, None)
+        if e is not None:
+            self._unlink(namespace, key, e)
+        if not b:
+            del self._by_ns[namespace]
+
+
+def _by_comparison(bucket: OrderedDict[str, _Entry], api: str, items: list[Any]) -> tuple[_Entry | None, str | None]:
+    """The remembered request with the longest items that ``items`` starts with, by
+    comparing (C-level ``==`` over the parsed JSON; ends first, a cheap rejection)."""
+    best: _Entry | None = None
+    best_key: str | None = None
+    n = len(items)
+    for key, e in reversed(bucket.items()):
+        k = len(e.items)
+        if e.api != api or k > n or not e.norm.snapshot.messages or k == 0:
+            continue
+        if items[0] != e.items[0] or items[k - 1] != e.items[k - 1] or items[:k] != e.items:
+            continue
+        if best is None or k > len(best.items):
+            best, best_key = e, key
+    return best, best_key

@@ -1,0 +1,100 @@
+"""The incremental normaliser finds the request a body extends by the identity of the
+parsed items it shares with it (as the server's incremental JSON parse produces them),
+and falls back to comparing: either way the result is the full normalisation's, and
+the identity index always lists exactly the remembered requests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.core.messages import from_body
+from proxy.gate.normalize import IncrementalNormalizer, _by_comparison
+
+_item = st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=12)),
+    st.builds(lambda t: {"role": "assistant", "content": t}, st.text(max_size=12)),
+    st.builds(lambda i, t: {"role": "tool", "tool_call_id": f"c{i}", "content": t}, st.integers(0, 3), st.text(max_size=8)),
+)
+
+# (conversation, what its next body is, new items): "extend" shares the objects of the
+# conversation's last body, "copy" is equal but re-parsed, "fork" shares a prefix of
+# another conversation's objects, "forget" drops the conversation
+_ops = st.lists(
+    st.tuples(st.integers(0, 5), st.sampled_from(["extend", "extend", "copy", "fork", "forget"]),
+              st.lists(_item, min_size=1, max_size=3), st.integers(0, 5)),
+    max_size=30,
+)
+
+
+def _index_is_exact(norm: IncrementalNormalizer) -> None:
+    listed = {(ns, ident, key) for ns, last in norm._by_last.items() for ident, keys in last.items() for key in keys}
+    expected = {(ns, id(e.items[-1]), key) for ns, b in norm._by_ns.items() for key, e in b.items() if e.items}
+    assert listed == expected
+    assert all(keys for last in norm._by_last.values() for keys in last.values())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ops, st.integers(2, 6))
+def test_shared_objects_find_the_extended_request_like_comparing(ops: list[tuple[int, str, list[Any], int]], cap: int) -> None:
+    norm = IncrementalNormalizer(max_per_namespace=cap)
+    system = {"role": "system", "content": "S"}
+    last: dict[int, list[Any]] = {}
+    for conv, how, new, other in ops:
+        key = f"c{conv}"
+        if how == "forget":
+            norm.forget("ns", key)
+            last.pop(conv, None)
+            _index_is_exact(norm)
+            continue
+        if how == "fork" and other in last:
+            base = last[other][: max(1, len(last[other]) - 1)]
+        else:
+            base = last.get(conv, [system])
+            if how == "copy":
+                base = copy.deepcopy(base)
+        items = [*base, *new]
+        body = {"model": "gpt-4o", "messages": items}
+        bucket = norm._by_ns.get("ns")
+        mine = bucket.get(key) if bucket and how == "extend" else None
+        n = norm.normalize("ns", "chat", body)
+        full = from_body("chat", body)
+        assert n.snapshot == full and n.digests == full.digests
+        if mine is not None and mine.items is base and mine.norm.snapshot.messages:
+            # it shares the objects of its conversation's last request: that request is
+            # the one reused (another with equal content is not preferred to it)
+            assert n.reused_from == key and n.reused == len(mine.norm.snapshot.messages)
+        elif how == "copy" and bucket and n.reused_from is None:
+            assert _by_comparison(bucket, "chat", items)[0] is None  # nothing to reuse by comparing either
+        norm.remember("ns", key, "chat", body, n)
+        last[conv] = items
+        _index_is_exact(norm)
+
+
+def test_a_body_sharing_objects_is_found_without_comparing_others() -> None:
+    norm = IncrementalNormalizer()
+    system = {"role": "system", "content": "S"}
+    for i in range(40):  # 40 conversations of one namespace, the same system prompt
+        items = [system, {"role": "user", "content": f"agent {i}"}]
+        body = {"model": "gpt-4o", "messages": items}
+        norm.remember("ns", f"c{i}", "chat", body, norm.normalize("ns", "chat", body))
+    mine = norm._by_ns["ns"]["c7"].items
+    body = {"model": "gpt-4o", "messages": [*mine, {"role": "assistant", "content": "ok"}]}
+
+    class NoCompare(dict[str, Any]):
+        def __eq__(self, other: object) -> bool:
+            raise AssertionError("compared another conversation's items")
+
+        def __ne__(self, other: object) -> bool:
+            raise AssertionError("compared another conversation's items")
+
+        __hash__ = None  # type: ignore[assignment]
+
+    for key, e in norm._by_ns["ns"].items():  # any comparison with another conversation fails loudly
+        if key != "c7":
+            e.items[-1] = NoCompare(e.items[-1])
+    n = norm.normalize("ns", "chat", body)
+    assert n.reused_from == "c7" and n.reused == 1  # its one message (the system prompt is not one)
