@@ -54,6 +54,7 @@ class QuietQueue(Generic[T]):
         self.max_items = max_items
         self._items: list[T] = []
         self._oldest = 0.0
+        self._newest = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
@@ -69,13 +70,22 @@ class QuietQueue(Generic[T]):
         now = loop.time()
         if not self._items:
             self._oldest = now
+        self._newest = now
         self._items.append(item)
         if len(self._items) >= self.max_items:
             self.drain()
+        elif self._timer is None:  # one timer per batch, moved on when it fires too early
+            self._timer = loop.call_at(now + self.quiet, self._due, loop)
+
+    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if not self._items:
             return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(min(now + self.quiet, self._oldest + self.max_delay), self.drain)
+        due = min(self._newest + self.quiet, self._oldest + self.max_delay)
+        if loop.time() < due:
+            self._timer = loop.call_at(due, self._due, loop)
+        else:
+            self.drain()
 
     def drain(self) -> None:
         """Run every waiting item now (a no-op when none is waiting)."""

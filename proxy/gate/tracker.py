@@ -181,10 +181,8 @@ class Tracker:
         #: requests recorded with their accounting pending, per conversation (at most
         #: one each: recording the next request settles the previous one)
         self._pending: dict[str, PendingCount] = {}
-        #: replies waiting to be recorded (see :meth:`record_reply_soon`)
-        self._replies: QuietQueue[tuple[Observation, Reply | None, str]] = QuietQueue(
-            lambda r: self.record_reply(*r)
-        )
+        #: bookkeeping waiting for a quiet event loop (see :meth:`later`)
+        self._later: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
         self._started = False
 
     @property
@@ -230,7 +228,7 @@ class Tracker:
     def settle_all(self) -> None:
         """Record every waiting reply and settle every pending accounting (readers,
         flush and shutdown call this)."""
-        self._replies.drain()
+        self._later.drain()
         for cid in list(self._pending):
             self._settle(cid)
 
@@ -238,7 +236,7 @@ class Tracker:
 
     def get(self, conversation_id: str) -> ConversationRecord | None:
         """A conversation, its replies recorded and its accounting settled."""
-        self._replies.drain()
+        self._later.drain()
         self._settle(conversation_id)
         return self._recs.get(conversation_id)
 
@@ -250,7 +248,7 @@ class Tracker:
 
     async def history(self, conversation_id: str) -> Snapshot | None:
         """The conversation's current history (loaded from the store if cold)."""
-        self._replies.drain()
+        self._later.drain()
         hot = self._hot.get(conversation_id)
         if hot is not None:
             return hot.snapshot
@@ -311,7 +309,7 @@ class Tracker:
         always counted at once."""
         if not self.tracks(ex):
             return None
-        self._replies.drain()  # the previous reply is part of what this request extends
+        self._later.drain()  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
         api = ex.kind
@@ -476,11 +474,12 @@ class Tracker:
 
     # ------------------------------------------------------------------ replies
 
-    def record_reply_soon(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
-        """:meth:`record_reply`, once the event loop is quiet (see
-        :mod:`proxy.gate.quiet`): after the other requests of a burst, at the latest
-        before the next request is observed or anything is read."""
-        self._replies.push((obs, reply, status))
+    def later(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` — bookkeeping that updates this tracker, such as recording a reply
+        — once the event loop is quiet (see :mod:`proxy.gate.quiet`): after the other
+        requests of a burst, at the latest before the next request is observed or
+        anything is read."""
+        self._later.push(fn)
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream

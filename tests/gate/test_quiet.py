@@ -112,3 +112,29 @@ async def test_the_tracker_records_a_waiting_reply_before_the_next_request() -> 
     assert obs2.previous is not None and len(obs2.previous.messages) == 6
     assert obs2.previous.messages[-1].digest == obs2.current.messages[5].digest
     await t.close()
+
+
+async def test_the_tap_keeps_events_and_reassembles_them_when_quiet() -> None:
+    t = await new_tracker()
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "which revision?"}]
+    obs = await t.observe(exchange({**body(msgs), "stream": True}))
+    assert obs is not None
+    tap = t.tap(obs)
+    events = [
+        b'data: {"choices":[{"index":0,"delta":{"content":"revision "}}]}\n\n',
+        b"data: {not json\n\n",  # a malformed event is passed through and skipped
+        b'data: {"choices":[{"index":0,"delta":{"content":"4f1c2b9e"}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    for ev in events:
+        assert tap.feed_event(ev) == [ev]  # unchanged, at once
+    assert tap.finish() == []
+    rec = t._recs[obs.conversation_id]
+    assert rec.timeline[-1].status == "pending" and len(rec.digests) == 1  # not parsed yet
+    await asyncio.sleep(0.05)
+    assert rec.timeline[-1].status == "ok" and rec.timeline[-1].reply_messages == 1
+    hist = await t.history(obs.conversation_id)
+    assert hist is not None and hist.messages[-1].role == "assistant"
+    assert hist.messages[-1].parts[0].text == "revision 4f1c2b9e"
+    await t.close()
