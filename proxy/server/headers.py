@@ -55,8 +55,17 @@ _SECRET_FRAGMENTS = ("token", "secret", "password", "api-key", "apikey", "auth",
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
 
 
+@functools.lru_cache(maxsize=2048)  # header names repeat on every request
+def _name_info(name: str) -> tuple[str, bool, bool]:
+    """``name`` lower-cased, whether it is hop-by-hop, whether it may carry a secret."""
+    low = name.lower()
+    return low, low in HOP_BY_HOP, low in _SECRET_NAMES or any(f in low for f in _SECRET_FRAGMENTS)
+
+
 def _connection_tokens(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> set[str]:
     tokens: set[str] = set()
+    if "connection" not in headers:
+        return tokens
     getall = getattr(headers, "getall", None)
     values: Iterable[str] = (
         getall("connection", []) if getall is not None else [headers.get("connection", "")]
@@ -69,13 +78,18 @@ def _connection_tokens(headers: Mapping[str, str] | CIMultiDictProxy[str]) -> se
     return tokens
 
 
-def _strip(headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: set[str]) -> CIMultiDict[str]:
-    drop = drop | HOP_BY_HOP | _connection_tokens(headers)
+def _strip(headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str]) -> CIMultiDict[str]:
+    tokens = _connection_tokens(headers)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in headers.items():
-        if name.lower() not in drop:
+        low, hop, _ = _name_info(name)
+        if not hop and low not in drop and low not in tokens:
             out.add(name, value)
     return out
+
+
+_UPSTREAM_DROP = frozenset({"host", "content-length"})
+_DOWNSTREAM_DROP = frozenset({"content-length"})
 
 
 def upstream_headers(client: CIMultiDictProxy[str], *, identity_encoding: bool) -> CIMultiDict[str]:
@@ -85,7 +99,7 @@ def upstream_headers(client: CIMultiDictProxy[str], *, identity_encoding: bool) 
     must read it); otherwise the client's ``Accept-Encoding`` is forwarded and the
     response is relayed still encoded.
     """
-    out = _strip(client, {"host", "content-length"})
+    out = _strip(client, _UPSTREAM_DROP)
     if identity_encoding:
         out.popall("accept-encoding", None)
         out["accept-encoding"] = "identity"
@@ -94,22 +108,21 @@ def upstream_headers(client: CIMultiDictProxy[str], *, identity_encoding: bool) 
 
 def downstream_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]:
     """Headers to relay to the client: upstream's minus hop-by-hop and length."""
-    return _strip(upstream, {"content-length"})
+    return _strip(upstream, _DOWNSTREAM_DROP)
 
 
 def is_secret_header(name: str) -> bool:
     """True for headers that may carry credentials or session secrets."""
-    low = name.lower()
-    return low in _SECRET_NAMES or any(f in low for f in _SECRET_FRAGMENTS)
+    return _name_info(name)[2]
 
 
 def safe_headers(client: CIMultiDictProxy[str]) -> Mapping[str, str]:
     """Lower-cased, secret-free, hop-by-hop-free request headers (repeats joined)."""
     out: dict[str, str] = {}
-    drop = HOP_BY_HOP | _connection_tokens(client)
+    tokens = _connection_tokens(client)
     for name, value in client.items():
-        low = name.lower()
-        if low in drop or is_secret_header(low):
+        low, hop, secret = _name_info(name)
+        if hop or secret or low in tokens:
             continue
         out[low] = f"{out[low]}, {value}" if low in out else value
     return MappingProxyType(out)

@@ -3,6 +3,7 @@ No I/O (the environment is read, for ``server.proxy_from_env``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from urllib import request as _urllib_request
 from urllib.parse import urlsplit
@@ -39,6 +40,12 @@ def select_upstream(config: ProxyConfig, dialect: DialectName, model: str | None
 
 
 def target_url(upstream: Upstream, dialect: DialectName, raw_path: str) -> URL:
+    """See :func:`_target_url` (cached: the same few paths are asked for all the time)."""
+    return _target_url(upstream.base_url, dialect, raw_path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _target_url(base_url: str, dialect: DialectName, raw_path: str) -> URL:
     """Join a client request path (``/v1/...`` plus raw query) onto ``base_url``.
 
     The base URL behaves as the caller's SDK would treat it, and works with or
@@ -54,7 +61,7 @@ def target_url(upstream: Upstream, dialect: DialectName, raw_path: str) -> URL:
 
     The request path and query are kept byte-for-byte (already percent-encoded).
     """
-    parts = urlsplit(upstream.base_url)
+    parts = urlsplit(base_url)
     origin = f"{parts.scheme}://{parts.netloc}"
     base_path = parts.path.rstrip("/")
     suffix = raw_path

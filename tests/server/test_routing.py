@@ -5,12 +5,16 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.config import ProxyConfig, Upstream
 from proxy.server.headers import (
+    HOP_BY_HOP,
     credential,
     downstream_headers,
+    is_secret_header,
     safe_headers,
     tenant_of,
     upstream_headers,
@@ -169,6 +173,47 @@ def test_apply_credentials() -> None:
 
 def proxy_of(pairs: list[tuple[str, str]]) -> CIMultiDictProxy[str]:
     return CIMultiDictProxy(CIMultiDict(pairs))
+
+
+_NAMES = ["Host", "Content-Length", "Connection", "Keep-Alive", "TE", "Upgrade", "Authorization", "X-Api-Key",
+          "Cookie", "X-Session-Token", "X-Auth-Thing", "Accept-Encoding", "X-Drop", "Anthropic-Beta", "X-Request-Id"]
+_header_lists = st.lists(
+    st.tuples(
+        st.sampled_from(_NAMES).flatmap(lambda n: st.sampled_from([n, n.lower(), n.upper()])),
+        st.sampled_from(["1", "keep-alive", "keep-alive, x-drop", "X-Request-Id", "close, Anthropic-Beta", ""]),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_header_lists)
+def test_header_filters_match_their_definition(pairs: list[tuple[str, str]]) -> None:
+    """Whatever the names' case and the Connection tokens, the filters keep exactly what
+    their definitions say (checked against a plain re-statement of them)."""
+    client = proxy_of(pairs)
+    tokens = {t.strip().lower() for v in client.getall("connection", []) for t in v.split(",") if t.strip()}
+
+    def hop(name: str) -> bool:
+        return name.lower() in HOP_BY_HOP or name.lower() in tokens
+
+    def secret(name: str) -> bool:
+        low = name.lower()
+        return low in {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
+                       "cookie", "set-cookie"} or any(f in low for f in ("token", "secret", "password", "api-key",
+                                                                        "apikey", "auth", "credential"))
+
+    up = upstream_headers(client, identity_encoding=False)
+    assert list(up.items()) == [(n, v) for n, v in pairs if not hop(n) and n.lower() not in ("host", "content-length")]
+    down = downstream_headers(client)
+    assert list(down.items()) == [(n, v) for n, v in pairs if not hop(n) and n.lower() != "content-length"]
+    expected: dict[str, str] = {}
+    for n, v in pairs:
+        if not hop(n) and not secret(n):
+            low = n.lower()
+            expected[low] = f"{expected[low]}, {v}" if low in expected else v
+    assert dict(safe_headers(client)) == expected
+    assert all(is_secret_header(n) == secret(n) for n, _ in pairs)
 
 
 def test_header_filters() -> None:
