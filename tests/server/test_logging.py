@@ -54,6 +54,8 @@ def test_one_json_line_per_request(stack: ProxyStack, json_log: io.StringIO) -> 
     assert first["action"] == "none" and first["conversation"] == "unknown"
     assert 0 <= first["overhead_ms"] <= first["duration_ms"]
     assert records[1]["stream"] is True and records[1]["bytes_out"] > 0
+    ids = [r["request_id"] for r in records]
+    assert len(set(ids)) == 2 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)  # unique, 32 hex digits
 
 
 def test_errors_are_logged_with_status(stack: ProxyStack, json_log: io.StringIO) -> None:
