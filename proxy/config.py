@@ -14,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -65,6 +67,9 @@ class ServerSettings:
     #: honouring ``NO_PROXY``, as curl and most HTTP clients do. Off by default so that
     #: a proxy meant for something else (a package mirror) never captures model traffic.
     proxy_from_env: bool = False
+    #: PEM file of extra CA certificates trusted for upstream TLS, beside the system's
+    #: (a gateway with a private CA, or a TLS-inspecting corporate proxy).
+    upstream_ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -82,6 +87,19 @@ class ServerSettings:
             raise Invalid("max_connections must not be negative", key="max_connections")
         if self.upstream_proxy is not None and urlsplit(self.upstream_proxy).scheme not in ("http", "https"):
             raise Invalid("upstream_proxy must be an http:// or https:// URL", key="upstream_proxy")
+        if self.upstream_ca_file is not None:
+            _check_ca_file(self.upstream_ca_file)
+
+
+def _check_ca_file(path: str) -> None:
+    """The CA file must exist and hold PEM certificates (checked when the config is
+    loaded, not on the first upstream request)."""
+    if not Path(path).is_file():
+        raise Invalid(f"upstream_ca_file: no such file: {path}", key="upstream_ca_file")
+    try:
+        ssl.create_default_context(cafile=path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise Invalid(f"upstream_ca_file: not a PEM CA bundle: {path} ({exc})", key="upstream_ca_file") from None
 
 
 @dataclass(frozen=True)

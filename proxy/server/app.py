@@ -9,13 +9,14 @@ finished its graceful-shutdown wait.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
 
 from proxy import __version__
-from proxy.config import ProxyConfig
+from proxy.config import ProxyConfig, ServerSettings
 from proxy.dashboard import setup_dashboard
 from proxy.dashboard.access import gate_access_middleware
 from proxy.metrics import METRICS_KEY, Metrics, metrics_handler
@@ -49,7 +50,7 @@ def make_session(config: ProxyConfig) -> aiohttp.ClientSession:
         sock_connect=server.connect_timeout,
         sock_read=server.read_timeout,
     )
-    connector = aiohttp.TCPConnector(limit=server.max_connections, ttl_dns_cache=300)
+    connector = aiohttp.TCPConnector(limit=server.max_connections, ttl_dns_cache=300, ssl=upstream_tls(server))
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,
@@ -58,6 +59,16 @@ def make_session(config: ProxyConfig) -> aiohttp.ClientSession:
         skip_auto_headers=_SKIP_AUTO_HEADERS,
         trust_env=False,
     )
+
+
+def upstream_tls(server: ServerSettings) -> ssl.SSLContext | bool:
+    """How upstream certificates are verified: the system's CAs (``True``), plus those of
+    ``server.upstream_ca_file`` when it is set. Never off."""
+    if server.upstream_ca_file is None:
+        return True
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(cafile=server.upstream_ca_file)
+    return ctx
 
 
 async def _session_ctx(app: web.Application) -> AsyncIterator[None]:

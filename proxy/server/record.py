@@ -147,6 +147,17 @@ def upstream_failure(exc: BaseException) -> tuple[ProxyError, str]:
             ),
             "upstream_timeout",
         )
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        why = getattr(exc.certificate_error, "verify_message", None) or type(exc.certificate_error).__name__
+        return (
+            ProxyError(
+                502,
+                f"Upstream's TLS certificate could not be verified ({why}). If it is issued by a "
+                "private CA, trust that CA with server.upstream_ca_file.",
+                code="upstream_tls_error",
+            ),
+            "upstream_error",
+        )
     if isinstance(exc, aiohttp.ClientConnectorError):
         return (
             ProxyError(

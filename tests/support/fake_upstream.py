@@ -68,6 +68,7 @@ import hashlib
 import inspect
 import json
 import re
+import ssl
 import struct
 import threading
 import time
@@ -310,8 +311,11 @@ class FakeUpstream:
         stream_delay: float = 0.0,
         write_size: int | None = None,
         line_ending: str = "\n",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.responder: Responder = responder or echo_responder
+        #: serve HTTPS with this context (``url`` is then ``https://...``)
+        self.ssl_context = ssl_context
         self.stream_delay = stream_delay
         self.write_size = write_size
         self.line_ending = line_ending
@@ -406,11 +410,11 @@ class FakeUpstream:
             self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
         )
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=self.ssl_context)
         await site.start()
         self._runner = runner
         bound = runner.addresses[0][1]
-        self.url = f"http://{host}:{bound}"
+        self.url = f"{'https' if self.ssl_context else 'http'}://{host}:{bound}"
         return self.url
 
     async def close(self) -> None:
