@@ -33,6 +33,7 @@ become conversation ids).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -663,11 +664,31 @@ class Tracker:
             self._touch(cid)
 
 
+#: Background loads still running (see :func:`_finish_background`).
+_BACKGROUND: set[threading.Thread] = set()
+#: Longest wait for them at interpreter exit (seconds).
+BACKGROUND_EXIT_WAIT = 30.0
+
+
+def _finish_background() -> None:
+    """At interpreter exit, before finalisation: let background loads that are still
+    running finish (bounded). A daemon thread still importing extension modules while
+    the interpreter is torn down can abort the whole process (SIGABRT) on its way out;
+    this only delays an exit that comes within seconds of start-up."""
+    deadline = time.monotonic() + BACKGROUND_EXIT_WAIT
+    for t in list(_BACKGROUND):
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_finish_background)
+
+
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
     """Run blocking ``fn(*args)`` in a new daemon thread; the returned future (of the
-    running loop) gets its result. Unlike the loop's default executor, a daemon thread
-    never holds up shutdown (importing litellm takes seconds). Never awaiting the future
-    is fine; a result arriving after the loop closed is dropped."""
+    running loop) gets its result. Unlike the loop's default executor, the thread does
+    not hold up the server's shutdown (importing litellm takes seconds); the process's
+    exit waits for it (:func:`_finish_background`). Never awaiting the future is fine;
+    a result arriving after the loop closed is dropped."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
 
@@ -684,9 +705,13 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]
             outcome = (True, fn(*args))
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
             outcome = (False, exc)
+        finally:
+            _BACKGROUND.discard(thread)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             loop.call_soon_threadsafe(deliver, *outcome)
 
     fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "not retrieved"
-    threading.Thread(target=run, name=f"cg-{getattr(fn, '__name__', 'warm')}", daemon=True).start()
+    thread = threading.Thread(target=run, name=f"cg-{getattr(fn, '__name__', 'warm')}", daemon=True)
+    _BACKGROUND.add(thread)
+    thread.start()
     return fut

@@ -395,3 +395,30 @@ async def test_incremental_path_is_used_for_extensions(tracker: Tracker, dialect
     obs = await tracker.observe(exchange(body, KIND[dialect]))
     assert obs is not None and obs.relation == "extend" and tracker.normalizer.hits == hits + 1
     assert obs.current == from_body(KIND[dialect], body)
+
+
+def test_the_process_exit_waits_for_background_loads(tmp_path: Path) -> None:
+    """A load still running in its daemon thread (litellm's import takes seconds) is let
+    finish before the interpreter is torn down, instead of being cut off mid-import."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "finished"
+    script = f"""
+import asyncio, time
+from pathlib import Path
+from proxy.gate.tracker import _in_daemon_thread
+
+def slow_load():
+    time.sleep(1.0)
+    Path({str(marker)!r}).write_text("done")
+
+async def main():
+    _in_daemon_thread(slow_load)  # not awaited: the program ends at once
+
+asyncio.run(main())
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text() == "done"

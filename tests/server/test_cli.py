@@ -124,9 +124,9 @@ async def test_real_process_serves_and_stops_on_sigterm(
         assert b"sk-x" not in access
     finally:
         proc.send_signal(signal.SIGTERM)
+        rest = (await asyncio.wait_for(proc.stderr.read(), timeout=20)).decode()
         code = await asyncio.wait_for(proc.wait(), timeout=20)
-    assert code == 0
-    rest = (await proc.stderr.read()).decode()
+    assert code == 0, rest  # on failure, what the process said on its way out
     assert '"msg": "stopped"' in rest
 
 
