@@ -94,12 +94,18 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
         rec.status = rec.status or 499
         raise
     finally:
-        rec.emit()
-        metrics = request.app.get(METRICS_KEY)
-        if metrics is not None:
-            metrics.observe_request(rec.route, rec.status, rec.overhead_ms() / 1000.0)
-            if rec.sse:
-                metrics.streamed_bytes(rec.bytes_out, rec.route)
+        # The access line and the metrics once the response is on its way: aiohttp
+        # writes a returned response in this same loop step, before this callback runs.
+        asyncio.get_running_loop().call_soon(_account, request.app, rec)
+
+
+def _account(app: web.Application, rec: RequestRecord) -> None:
+    rec.emit()
+    metrics = app.get(METRICS_KEY)
+    if metrics is not None:
+        metrics.observe_request(rec.route, rec.status, rec.overhead_ms() / 1000.0)
+        if rec.sse:
+            metrics.streamed_bytes(rec.bytes_out, rec.route)
 
 
 async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamResponse:
