@@ -96,10 +96,10 @@ async def proxy_handler(request: web.Request) -> web.StreamResponse:
     finally:
         # The access line and the metrics once the response is on its way: aiohttp
         # writes a returned response in this same loop step, before this callback runs.
-        asyncio.get_running_loop().call_soon(_account, request.app, rec)
+        asyncio.get_running_loop().call_soon(_after_response, request.app, rec)
 
 
-def _account(app: web.Application, rec: RequestRecord) -> None:
+def _after_response(app: web.Application, rec: RequestRecord) -> None:
     rec.emit()
     metrics = app.get(METRICS_KEY)
     if metrics is not None:
