@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -34,6 +35,31 @@ __all__ = ["relay"]
 _NO_BODY_STATUSES = frozenset({204, 304})
 
 
+@dataclass(slots=True)
+class _Relay:
+    """One response being relayed: what every way of relaying it needs."""
+
+    request: web.Request
+    rec: RequestRecord
+    route: Route
+    up: aiohttp.ClientResponse
+    headers: CIMultiDict[str]  # upstream's, for the client (hop-by-hop and length removed)
+    decision: Decision
+    secret: str | None
+
+    def response(self, body: bytes | None = None) -> web.StreamResponse:
+        """The client's response: upstream's status and headers, plus the gate's
+        headers; streamed, or whole with ``body``."""
+        up = self.up
+        resp = (
+            web.StreamResponse(status=up.status, reason=up.reason, headers=self.headers)
+            if body is None
+            else web.Response(status=up.status, reason=up.reason, headers=self.headers, body=body)
+        )
+        resp.headers.update(gate_headers(self.rec, self.decision))
+        return resp
+
+
 async def relay(
     request: web.Request,
     rec: RequestRecord,
@@ -56,12 +82,11 @@ async def relay(
         close_tap(tap, "content_encoding", rec, secret)
         tap = None
 
-    out_headers = downstream_headers(up.headers)
+    r = _Relay(request, rec, route, up, downstream_headers(up.headers), decision, secret)
     no_body = request.method == "HEAD" or up.status in _NO_BODY_STATUSES or up.status < 200
 
     if no_body:
-        resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
-        resp.headers.update(gate_headers(rec, decision))
+        resp = r.response()
         if request.method == "HEAD" and "content-length" in up.headers:
             resp.headers["content-length"] = up.headers["content-length"]
         if tap is not None:
@@ -74,10 +99,10 @@ async def relay(
         return resp
 
     if is_sse:
-        return await _relay_stream(request, rec, route, up, out_headers, decision, tap, secret)
+        return await _relay_stream(r, tap)
     if tap is not None:
-        return await _relay_tapped_json(request, rec, route, up, out_headers, decision, tap, secret)
-    return await _relay_bytes(request, rec, up, out_headers, decision)
+        return await _relay_tapped_json(r, tap)
+    return await _relay_bytes(r)
 
 
 async def _read_upstream(up: aiohttp.ClientResponse, rec: RequestRecord) -> bytes:
@@ -89,16 +114,10 @@ async def _read_upstream(up: aiohttp.ClientResponse, rec: RequestRecord) -> byte
         rec.upstream_wait += time.perf_counter() - t
 
 
-async def _relay_bytes(
-    request: web.Request,
-    rec: RequestRecord,
-    up: aiohttp.ClientResponse,
-    out_headers: CIMultiDict[str],
-    decision: Decision,
-) -> web.StreamResponse:
+async def _relay_bytes(r: _Relay) -> web.StreamResponse:
     """Relay a non-SSE body chunk by chunk, byte-exact, keeping Content-Length."""
-    resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
-    resp.headers.update(gate_headers(rec, decision))
+    request, rec, up = r.request, r.rec, r.up
+    resp = r.response()
     length = up.headers.get("content-length")
     if length is not None and length.isdigit():
         resp.content_length = int(length)
@@ -122,17 +141,9 @@ async def _relay_bytes(
     return resp
 
 
-async def _relay_tapped_json(
-    request: web.Request,
-    rec: RequestRecord,
-    route: Route,
-    up: aiohttp.ClientResponse,
-    out_headers: CIMultiDict[str],
-    decision: Decision,
-    tap: ResponseTap,
-    secret: str | None,
-) -> web.StreamResponse:
+async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
     """Buffer a non-SSE body, give it to the tap, send what the tap returns."""
+    request, rec, up, decision, secret = r.request, r.rec, r.up, r.decision, r.secret
     t = time.perf_counter()
     try:
         raw = await up.read()
@@ -140,7 +151,7 @@ async def _relay_tapped_json(
         rec.upstream_wait += time.perf_counter() - t
         err, reason = upstream_failure(exc)
         close_tap(tap, reason, rec, secret)
-        return respond_error(rec, route.dialect, err, decision)
+        return respond_error(rec, r.route.dialect, err, decision)
     except asyncio.CancelledError:
         close_tap(tap, "client_disconnected", rec, secret)
         raise
@@ -149,10 +160,8 @@ async def _relay_tapped_json(
     if getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
         # the tap only observes: send first, feed it in the next loop step (see hooks)
         asyncio.get_running_loop().call_soon(_feed_json_later, tap, up.status, raw, rec, secret)
-        resp = web.Response(status=up.status, reason=up.reason, headers=out_headers, body=raw)
-        resp.headers.update(gate_headers(rec, decision))
         rec.bytes_out = len(raw)
-        return resp
+        return r.response(raw)
 
     body = raw
     try:
@@ -166,15 +175,13 @@ async def _relay_tapped_json(
         if not request.app[CONFIG_KEY].gate.fail_open:
             return respond_error(
                 rec,
-                route.dialect,
+                r.route.dialect,
                 ProxyError(502, "compaction-gate failed to process the response.", code="gate_error"),
                 decision,
             )
         body = raw
-    resp = web.Response(status=up.status, reason=up.reason, headers=out_headers, body=body)
-    resp.headers.update(gate_headers(rec, decision))
     rec.bytes_out = len(body)
-    return resp
+    return r.response(body)
 
 
 def _feed_json_later(tap: ResponseTap, status: int, raw: bytes, rec: RequestRecord, secret: str | None) -> None:
@@ -250,23 +257,14 @@ class _TapGuard:
         close_tap(tap, reason, self.rec, self.secret)
 
 
-async def _relay_stream(
-    request: web.Request,
-    rec: RequestRecord,
-    route: Route,
-    up: aiohttp.ClientResponse,
-    out_headers: CIMultiDict[str],
-    decision: Decision,
-    tap: ResponseTap | None,
-    secret: str | None,
-) -> web.StreamResponse:
+async def _relay_stream(r: _Relay, tap: ResponseTap | None) -> web.StreamResponse:
     """Relay SSE as it arrives: raw chunks without a tap, whole events with one."""
+    rec, up = r.rec, r.up
     rec.sse = True
-    out_headers["X-Accel-Buffering"] = "no"
-    resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
-    resp.headers.update(gate_headers(rec, decision))
-    await resp.prepare(request)
-    guard = _TapGuard(tap, rec, secret)
+    r.headers["X-Accel-Buffering"] = "no"
+    resp = r.response()
+    await resp.prepare(r.request)
+    guard = _TapGuard(tap, rec, r.secret)
     splitter = SSESplitter() if tap is not None else None
 
     async def send(parts: list[bytes]) -> None:
@@ -310,7 +308,7 @@ async def _relay_stream(
         rec.error = reason
         guard.closed(reason)
         try:
-            await send([sse_error_event(route.dialect, err)])
+            await send([sse_error_event(r.route.dialect, err)])
             await resp.write_eof()
         except (_ClientGone, ConnectionError):
             pass
