@@ -29,7 +29,7 @@ from bench import load
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _serve_at(checkout: str, kind: str, upstream: str, q: Any, state_dir: str) -> None:
+def _serve_at(checkout: str, kind: str, upstream: str, q: Any, state_dir: str, cpus: set[int] | None) -> None:
     """``bench.load``'s server ``kind``, importing ``proxy`` from ``checkout``."""
     for name in [n for n in sys.modules if n == "proxy" or n.startswith("proxy.")]:
         del sys.modules[name]
@@ -40,12 +40,13 @@ def _serve_at(checkout: str, kind: str, upstream: str, q: Any, state_dir: str) -
         import proxy.gate.tracker as tracker
 
         sys.modules["proxy.gate.tracking"] = tracker
-    load._serve(kind, upstream, q, state_dir)
+    load._serve(kind, upstream, q, state_dir, cpus)
 
 
-def _start_at(checkout: str, kind: str, upstream: str, state_dir: str) -> tuple[mp.Process, str]:
+def _start_at(checkout: str, kind: str, upstream: str, state_dir: str,
+              cpus: set[int] | None) -> tuple[mp.Process, str]:
     q: Any = mp.Queue()
-    p = mp.Process(target=_serve_at, args=(checkout, kind, upstream, q, state_dir), daemon=True)
+    p = mp.Process(target=_serve_at, args=(checkout, kind, upstream, q, state_dir, cpus), daemon=True)
     p.start()
     return p, q.get(timeout=90)
 
@@ -58,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100, help="history size in messages (default 100)")
     ap.add_argument("--requests", type=int, default=30, help="measured requests per agent and run (default 30)")
     ap.add_argument("--repeat", type=int, default=9, help="runs; figures are medians (default 9)")
+    load.add_placement_args(ap)
     args = ap.parse_args(argv)
+    load.placement(args)
+    servers = args.split[1] if args.split else None
 
     mp.set_start_method("spawn", force=True)
     state_dir = tempfile.mkdtemp(prefix="cg-ab-")
@@ -67,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
                    check=True, capture_output=True)
     procs: list[mp.Process] = []
     try:
-        p, fake = load.start("fake", "", state_dir)
+        p, fake = load.start_as(args, "fake", "", state_dir)
         procs.append(p)
-        p, bare = load.start("bare", fake, state_dir)
+        p, bare = load.start_as(args, "bare", fake, state_dir)
         procs.append(p)
-        p, base = _start_at(str(worktree), args.target, fake, state_dir + "/base")
+        p, base = _start_at(str(worktree), args.target, fake, state_dir + "/base", servers)
         procs.append(p)
         base_pid = p.pid
-        p, head = _start_at(str(ROOT), args.target, fake, state_dir + "/head")
+        p, head = _start_at(str(ROOT), args.target, fake, state_dir + "/head", servers)
         procs.append(p)
         names = {"base": f"{args.target}@{args.base}", "head": f"{args.target}@working tree"}
         targets = {"direct": fake, "bare": bare, names["base"]: base, names["head"]: head}
@@ -82,12 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[dict[str, tuple[float, float]]] = []
         for rep in range(args.repeat):
             runs = asyncio.run(load.run_all(targets, args.size, args.agents, args.requests, 3,
-                                            seed=(args.agents * 10_000 + args.size) * 100 + rep, pids=pids))
+                                            seed=(args.agents * 10_000 + args.size) * 100 + rep, pids=pids,
+                                            gap=args.gap / 1e3))
             direct = load.pct(runs["direct"][0], 50)
             rows.append({n: ((load.pct(lat, 50) - direct) * 1e3, cpu * 1e3) for n, (lat, _, cpu) in runs.items()
                          if n != "direct"})
         med = statistics.median
-        print(f"{args.agents} agents, ~{args.size} messages, medians of {args.repeat} runs:")
+        print(f"{args.agents} agents, ~{args.size} messages, medians of {args.repeat} runs; {load._placement(args)}:")
         print(f"  {'target':34} {'added p50 ms':>13} {'CPU ms/req':>11}")
         fig = {n: (med(r[n][0] for r in rows), med(r[n][1] for r in rows)) for n in rows[0]}
         for n, (added, cpu) in fig.items():

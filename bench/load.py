@@ -15,7 +15,12 @@ latency *added* over (a), requests per second and each server process's CPU per
 request; then the in-process CPU of the body parse and of the tracker, and the ratios of
 issue 3 with their formulas (see bench/README.md).
 
+By default the harness (this client and the fake upstream) runs on one half of the
+CPUs and the servers under test on the other (``--no-pin`` to share them), and each
+target's round is followed by a short pause (``--gap``); see bench/README.md.
+
 Run:  python -m bench.load [--agents 8] [--requests 40] [--sizes 100 1000] [--repeat N]
+                           [--no-pin] [--gap MS] [--model-latency MS]
 """
 
 from __future__ import annotations
@@ -40,11 +45,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from aiohttp import web
 
+from proxy.gate.quiet import MAX_DELAY_SECONDS
 from proxy.state.sqlite import FLUSH_DELAY
 
 #: Pause between the warm-up and the measured rounds: twice the SQLite store's flush
 #: delay, so the warm-up's batched writes are not counted as measured CPU.
 SETTLE_SECONDS = 2 * FLUSH_DELAY
+#: Default pause after each target's round: a little over the longest a tracked reply
+#: waits before it is recorded (:data:`proxy.gate.quiet.MAX_DELAY_SECONDS`), so the
+#: work a server defers past its responses is done before the next target's round.
+GAP_SECONDS = MAX_DELAY_SECONDS + 0.005
 
 SYSTEM = "You are an operations agent. Keep every identifier you will need to undo a step."
 
@@ -96,13 +106,34 @@ class Agent:
 # --------------------------------------------------------------------------- servers (own processes)
 
 
-def _serve(kind: str, upstream: str, q: Any, state_dir: str) -> None:
+def cpu_split() -> tuple[set[int], set[int]] | None:
+    """``(harness CPUs, server CPUs)``: this process's CPUs split in two halves, the
+    first for the harness (the client and the fake upstream), the rest for the servers
+    under test; ``None`` with fewer than two CPUs or no ``sched_setaffinity``."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
+def _serve(kind: str, upstream: str, q: Any, state_dir: str, cpus: set[int] | None = None,
+           model_latency: float = 0.0) -> None:
+    """Serve target ``kind`` in this process (on ``cpus`` if given); put its URL on ``q``.
+    ``model_latency``: seconds the fake upstream takes to answer, as a model does."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
     async def main() -> None:
         if kind == "fake":
             from tests.support.fake_upstream import FakeUpstream, Reply
 
-            def reply(call: Any) -> Reply:
+            async def reply(call: Any) -> Reply:
                 fake.requests.clear()  # the fake records every request: keep its memory flat
+                if model_latency:
+                    await asyncio.sleep(model_latency)
                 return Reply(text="ok, continuing.")
 
             fake = FakeUpstream(reply)
@@ -180,9 +211,10 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str) -> None:
     asyncio.run(main())
 
 
-def start(kind: str, upstream: str, state_dir: str) -> tuple[mp.Process, str]:
+def start(kind: str, upstream: str, state_dir: str, cpus: set[int] | None = None,
+          model_latency: float = 0.0) -> tuple[mp.Process, str]:
     q: Any = mp.Queue()
-    p = mp.Process(target=_serve, args=(kind, upstream, q, state_dir), daemon=True)
+    p = mp.Process(target=_serve, args=(kind, upstream, q, state_dir, cpus, model_latency), daemon=True)
     p.start()
     return p, q.get(timeout=60)
 
@@ -207,11 +239,13 @@ def cpu_seconds(pid: int) -> float:
 
 async def run_all(targets: dict[str, str], size: int, agents: int, requests: int, warmup: int,
                   seed: int, pids: dict[str, int] | None = None, settle: float = SETTLE_SECONDS,
-                  ) -> dict[str, tuple[list[float], float, float]]:
+                  gap: float = 0.0) -> dict[str, tuple[list[float], float, float]]:
     """Every target gets its own population of agents (same seeds, same histories).
     Requests are interleaved: in each round every target, in a shuffled order, gets one
     request from each of its agents (concurrently), so load from anything else on the
-    machine hits all targets alike. Bodies are serialised before a round is timed.
+    machine hits all targets alike, followed by ``gap`` seconds of pause (so work a
+    server defers past its responses is not done during another target's round).
+    Bodies are serialised before a round is timed.
     Returns per target the measured latencies (s), the time spent serving them (for
     requests/s) and, for targets in ``pids``, the server process's CPU seconds per
     measured request (all its threads; warm-up rounds, and ``settle`` seconds after them
@@ -257,6 +291,8 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
                     if k >= warmup:
                         busy[name] += time.perf_counter() - t0
                         lat[name].extend(dts)
+                    if gap:
+                        await asyncio.sleep(gap)
             cpu = {name: (cpu_seconds(pid) - cpu0[name]) / (requests * agents) for name, pid in (pids or {}).items()}
     finally:
         gc.enable()
@@ -331,7 +367,7 @@ def measure(targets: dict[str, str], pids: dict[str, int], agents: int, args: ar
     med = statistics.median
     results: dict[int, dict[str, dict[str, float]]] = {}
     print(f"\n=== agents={agents} requests/agent={args.requests} (+{args.warmup} warm-up), "
-          f"repeats={args.repeat}, cpu={os.cpu_count()}")
+          f"repeats={args.repeat}, cpu={os.cpu_count()}, {_placement(args)}")
     for size in args.sizes:
         reps: list[dict[str, dict[str, float]]] = []
         for rep in range(args.repeat):
@@ -339,7 +375,7 @@ def measure(targets: dict[str, str], pids: dict[str, int], agents: int, args: ar
             # state across runs, and an agent replaying a history they have already seen
             # would be a fork of it, not the growing conversation measured here
             runs = asyncio.run(run_all(targets, size, agents, args.requests, args.warmup,
-                                       seed=(agents * 10_000 + size) * 100 + rep, pids=pids))
+                                       seed=(agents * 10_000 + size) * 100 + rep, pids=pids, gap=args.gap / 1e3))
             one: dict[str, dict[str, float]] = {}
             for name, (lat, wall, cpu) in runs.items():
                 one[name] = {"p50": pct(lat, 50), "p99": pct(lat, 99), "rps": len(lat) / wall, "cpu": cpu}
@@ -353,9 +389,9 @@ def measure(targets: dict[str, str], pids: dict[str, int], agents: int, args: ar
               f"{'CPU ms/req':>11}")
         for name in targets:
             r = results[size][name]
-            cpu = f"{r['cpu'] * 1e3:11.2f}" if name in pids else f"{'-':>11}"
+            cpu_text = f"{r['cpu'] * 1e3:11.2f}" if name in pids else f"{'-':>11}"
             print(f"  {name:9} {r['p50'] * 1e3:8.2f} {r['p99'] * 1e3:8.2f} {r['added_p50'] * 1e3:10.2f} "
-                  f"{r['added_p99'] * 1e3:10.2f} {r['rps']:8.1f} {cpu}")
+                  f"{r['added_p99'] * 1e3:10.2f} {r['rps']:8.1f} {cpu_text}")
         g, b = results[size]["gate"], results[size]["bare"]
         print(f"  gate added p50 / bare added p50 = {_ratio(g['added_p50'], b['added_p50']):.2f}x")
     return results
@@ -383,6 +419,40 @@ def print_ratios(agents: int, results: dict[int, dict[str, dict[str, float]]],
               f" in-process parse+track CPU {_ratio(sum(cost[hi]), sum(cost[lo])):.2f}x")
 
 
+def _placement(args: argparse.Namespace) -> str:
+    split = args.split
+    where = (f"harness on CPUs {sorted(split[0])}, servers on CPUs {sorted(split[1])}" if split
+             else "not pinned (harness and servers share the CPUs)")
+    return f"{where}, gap {args.gap:g} ms, model latency {args.model_latency:g} ms"
+
+
+def add_placement_args(ap: argparse.ArgumentParser) -> None:
+    """The options that decide where the processes run and how the rounds are paced
+    (shared with :mod:`bench.ab`)."""
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the harness (client, fake upstream) and the servers under test on separate "
+                         "halves of the CPUs, so a server's CPU never slows the client or the model "
+                         "(default: on, when there are 2 or more CPUs)")
+    ap.add_argument("--gap", type=float, default=GAP_SECONDS * 1e3,
+                    help=f"ms of pause after each target's round (default {GAP_SECONDS * 1e3:g})")
+    ap.add_argument("--model-latency", type=float, default=0.0,
+                    help="ms the fake upstream takes to answer each request, as a model does (default 0)")
+
+
+def placement(args: argparse.Namespace) -> None:
+    """Resolve ``--pin`` into ``args.split`` and move this process (the client) onto
+    the harness CPUs."""
+    args.split = cpu_split() if args.pin else None
+    if args.split:
+        os.sched_setaffinity(0, args.split[0])
+
+
+def start_as(args: argparse.Namespace, kind: str, upstream: str, state_dir: str) -> tuple[mp.Process, str]:
+    """:func:`start` a harness (``fake``) or server process where ``args`` place it."""
+    cpus = (args.split[0] if kind == "fake" else args.split[1]) if args.split else None
+    return start(kind, upstream, state_dir, cpus, args.model_latency / 1e3 if kind == "fake" else 0.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, nargs="+", default=[8],
@@ -395,23 +465,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", action="store_true",
                     help="also measure the served product (tracking + default policy) as target 'policy'")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    add_placement_args(ap)
     args = ap.parse_args(argv)
+    placement(args)
 
     mp.set_start_method("spawn", force=True)
     state_dir = tempfile.mkdtemp(prefix="cg-bench-")
     procs: dict[str, mp.Process] = {}
     try:
-        p, fake = start("fake", "", state_dir)
+        p, fake = start_as(args, "fake", "", state_dir)
         procs["direct"] = p
-        p, bare = start("bare", fake, state_dir)
+        p, bare = start_as(args, "bare", fake, state_dir)
         procs["bare"] = p
-        p, gate = start("gate", fake, state_dir)
+        p, gate = start_as(args, "gate", fake, state_dir)
         procs["gate"] = p
-        p, noop = start("gate-off", fake, state_dir)
+        p, noop = start_as(args, "gate-off", fake, state_dir)
         procs["gate-off"] = p
         targets = {"direct": fake, "bare": bare, "gate-off": noop, "gate": gate}
         if args.policy:
-            p, targets["policy"] = start("policy", fake, state_dir)
+            p, targets["policy"] = start_as(args, "policy", fake, state_dir)
             procs["policy"] = p
         pids = {name: p.pid for name, p in procs.items() if name != "direct" and p.pid}
         by_agents = {n: measure(targets, pids, n, args) for n in args.agents}
@@ -426,7 +498,12 @@ def main(argv: list[str] | None = None) -> int:
         for n, results in by_agents.items():
             print_ratios(n, results, cost, args.sizes)
         if args.json:
-            print(json.dumps({"latency": {str(n): r for n, r in by_agents.items()}, "inprocess_cpu_s": cost}, indent=2))
+            split = args.split
+            setup = {"harness_cpus": sorted(split[0]) if split else None,
+                     "server_cpus": sorted(split[1]) if split else None,
+                     "gap_ms": args.gap, "model_latency_ms": args.model_latency}
+            print(json.dumps({"setup": setup, "latency": {str(n): r for n, r in by_agents.items()},
+                              "inprocess_cpu_s": cost}, indent=2))
     finally:
         for p in procs.values():
             p.terminate()

@@ -4,6 +4,7 @@ the closing note quotes is produced. Timing figures themselves are not asserted.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,15 +12,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.load import cpu_split  # noqa: E402
+
+
+def _bench(*args: str) -> tuple[str, dict]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.load", *args, "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=True,
+    ).stdout
+    return out, json.loads(out[out.index("\n{") + 1 :])
 
 
 def test_bench_load_runs_and_reports_every_target() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.load", "--agents", "1", "2", "--requests", "3", "--warmup", "1",
-         "--sizes", "10", "30", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=True,
-    ).stdout
-    data = json.loads(out[out.index("\n{") + 1 :])
+    out, data = _bench("--agents", "1", "2", "--requests", "3", "--warmup", "1", "--sizes", "10", "30")
+    split = cpu_split()
+    if split is None:
+        assert data["setup"]["server_cpus"] is None
+    else:  # pinned by default: the servers under test never share a CPU with the harness
+        assert set(data["setup"]["harness_cpus"]) == split[0]
+        assert set(data["setup"]["server_cpus"]) == split[1]
+        assert f"servers on CPUs {sorted(split[1])}" in out
     assert set(data["latency"]) == {"1", "2"}
     for per_size in data["latency"].values():
         assert set(per_size) == {"10", "30"}
@@ -34,6 +48,27 @@ def test_bench_load_runs_and_reports_every_target() -> None:
         assert f"{n} agents [target 1] at 10 messages" in out
         assert f"{n} agents [target 2] gate CPU per request at 30 / at 10 messages" in out
         assert f"{n} agents [target 2] gate's own CPU per request (gate - bare) at 30 / at 10 messages" in out
+
+
+def test_cpu_split_gives_the_harness_and_the_servers_disjoint_halves() -> None:
+    split = cpu_split()
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if len(mine) < 2:
+        assert split is None
+        return
+    assert split is not None
+    harness, servers = split
+    assert harness and servers and not harness & servers
+    assert harness | servers == mine
+    assert len(harness) <= len(servers) <= len(harness) + 1
+
+
+def test_bench_unpinned_with_a_model_latency() -> None:
+    _, data = _bench("--agents", "2", "--requests", "3", "--warmup", "1", "--sizes", "10",
+                     "--no-pin", "--gap", "0", "--model-latency", "40")
+    assert data["setup"] == {"harness_cpus": None, "server_cpus": None, "gap_ms": 0.0, "model_latency_ms": 40.0}
+    for name, fig in data["latency"]["2"]["10"].items():
+        assert fig["p50"] >= 0.040, name  # every request waited for the "model"
 
 
 def test_bench_ab_compares_a_revision_with_the_working_tree() -> None:
