@@ -618,7 +618,6 @@ class Tracker:
         if p is not None and rec is not None:
             self._account(rec, p, write)
 
-
     def _put_blob(self, key: str, text: str) -> None:
         self._blob_cache[key] = text
         while len(self._blob_cache) > 256:
