@@ -62,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     load.add_placement_args(ap)
     args = ap.parse_args(argv)
     load.placement(args)
-    servers = args.split[1] if args.split else None
 
     mp.set_start_method("spawn", force=True)
     state_dir = tempfile.mkdtemp(prefix="cg-ab-")
@@ -75,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(p)
         p, bare = load.start_as(args, "bare", fake, state_dir)
         procs.append(p)
-        p, base = _start_at(str(worktree), args.target, fake, state_dir + "/base", servers)
+        p, base = _start_at(str(worktree), args.target, fake, state_dir + "/base", load.cpus_for(args, args.target))
         procs.append(p)
         base_pid = p.pid
-        p, head = _start_at(str(ROOT), args.target, fake, state_dir + "/head", servers)
+        p, head = _start_at(str(ROOT), args.target, fake, state_dir + "/head", load.cpus_for(args, args.target))
         procs.append(p)
         names = {"base": f"{args.target}@{args.base}", "head": f"{args.target}@working tree"}
         targets = {"direct": fake, "bare": bare, names["base"]: base, names["head"]: head}

@@ -419,9 +419,17 @@ def print_ratios(agents: int, results: dict[int, dict[str, dict[str, float]]],
               f" in-process parse+track CPU {_ratio(sum(cost[hi]), sum(cost[lo])):.2f}x")
 
 
-def _placement(args: argparse.Namespace) -> str:
+def setup_of(args: argparse.Namespace) -> dict[str, Any]:
+    """Where the processes run and how the rounds are paced (reported with the results)."""
     split = args.split
-    where = (f"harness on CPUs {sorted(split[0])}, servers on CPUs {sorted(split[1])}" if split
+    return {"harness_cpus": sorted(split[0]) if split else None,
+            "server_cpus": sorted(split[1]) if split else None,
+            "gap_ms": args.gap, "model_latency_ms": args.model_latency}
+
+
+def _placement(args: argparse.Namespace) -> str:
+    setup = setup_of(args)
+    where = (f"harness on CPUs {setup['harness_cpus']}, servers on CPUs {setup['server_cpus']}" if args.split
              else "not pinned (harness and servers share the CPUs)")
     return f"{where}, gap {args.gap:g} ms, model latency {args.model_latency:g} ms"
 
@@ -447,10 +455,18 @@ def placement(args: argparse.Namespace) -> None:
         os.sched_setaffinity(0, args.split[0])
 
 
+def cpus_for(args: argparse.Namespace, kind: str) -> set[int] | None:
+    """The CPUs ``args`` place process ``kind`` on: the harness's for the fake upstream,
+    the servers' for every other kind; ``None`` when not pinned."""
+    split: tuple[set[int], set[int]] | None = args.split
+    if not split:
+        return None
+    return split[0] if kind == "fake" else split[1]
+
+
 def start_as(args: argparse.Namespace, kind: str, upstream: str, state_dir: str) -> tuple[mp.Process, str]:
     """:func:`start` a harness (``fake``) or server process where ``args`` place it."""
-    cpus = (args.split[0] if kind == "fake" else args.split[1]) if args.split else None
-    return start(kind, upstream, state_dir, cpus, args.model_latency / 1e3 if kind == "fake" else 0.0)
+    return start(kind, upstream, state_dir, cpus_for(args, kind), args.model_latency / 1e3 if kind == "fake" else 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,11 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, results in by_agents.items():
             print_ratios(n, results, cost, args.sizes)
         if args.json:
-            split = args.split
-            setup = {"harness_cpus": sorted(split[0]) if split else None,
-                     "server_cpus": sorted(split[1]) if split else None,
-                     "gap_ms": args.gap, "model_latency_ms": args.model_latency}
-            print(json.dumps({"setup": setup, "latency": {str(n): r for n, r in by_agents.items()},
+            print(json.dumps({"setup": setup_of(args), "latency": {str(n): r for n, r in by_agents.items()},
                               "inprocess_cpu_s": cost}, indent=2))
     finally:
         for p in procs.values():
