@@ -10,7 +10,9 @@
   ships (``model_prices_and_context_window_backup.json``) without importing litellm, so
   they are known from the first request. ``import litellm`` takes seconds, so it happens
   only in :meth:`TokenAccounting.warm` / :meth:`TokenAccounting.preload_litellm` (run
-  them in a thread, off the request path) for the non-OpenAI counters. Until a model is
+  them in a thread, off the request path), and only for what needs litellm itself: the
+  non-OpenAI counters and windows the map does not list. An OpenAI family with a
+  known window never imports it. Until a model is
   warm, :meth:`TokenAccounting.model_info` answers with a provisional info (tiktoken
   estimate, window from the map) and never blocks.
 - The import leaves ~350,000 long-lived objects; right after it they are moved to the
@@ -237,7 +239,11 @@ class TokenAccounting:
         prov = self._provisional(m)
         info = prov
         counter: Callable[[str], int] | None = None
-        if m:
+        if m and prov.exact and prov.window is not None:
+            # an OpenAI family whose window the model map knows: tiktoken counts it
+            # exactly and litellm has nothing to add (its import costs seconds and ~150 MB)
+            info = ModelInfo(m, prov.tokenizer, prov.exact, prov.window, warm=True)
+        elif m:
             try:
                 litellm = _litellm()
                 window = _window_from_litellm(litellm, m)

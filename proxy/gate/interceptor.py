@@ -30,6 +30,8 @@ sensitive values are redacted.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -60,14 +62,23 @@ log = logging.getLogger("compaction_gate.gate")
 
 def default_token_counter() -> TokenCounter:
     """cl100k token counts, or the documented estimate when the tokenizer files are
-    missing (offline)."""
-    try:
-        from ..tokenizer import get_encoding
+    missing (offline). The encoding loads on first use (the tracker's start-up preload
+    has normally loaded it by then), not when the gate is built."""
+    count: TokenCounter | None = None
 
-        enc = get_encoding("cl100k_base")
-        return lambda text: len(enc.encode(text, disallowed_special=()))
-    except Exception:  # noqa: BLE001 - offline files missing: fall back to the documented estimate
-        return estimate_tokens
+    def counter(text: str) -> int:
+        nonlocal count
+        if count is None:
+            try:
+                from ..tokenizer import get_encoding
+
+                enc = get_encoding("cl100k_base")
+                count = lambda t: len(enc.encode(t, disallowed_special=()))
+            except Exception:  # noqa: BLE001 - offline files missing: fall back to the documented estimate
+                count = estimate_tokens
+        return count(text)
+
+    return counter
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,9 @@ class GateInterceptor:
         self._count = token_counter or default_token_counter()
         self._states = ConversationStates(self.config.max_conversations)
         self._markers: dict[str, Markers] = {}
+        #: Start-up work the first requests wait for (the catalogue; see
+        #: :func:`proxy.gate.wiring.install_gate`), ``None`` when there is none.
+        self.warming: asyncio.Future[None] | None = None
         self._recorder = DecisionRecorder(
             events if events is not None else EventLog(),
             tracker,
@@ -128,6 +142,9 @@ class GateInterceptor:
     # ------------------------------------------------------------------ entry point
 
     async def before(self, ex: Exchange) -> Decision:
+        if self.warming is not None and not self.warming.done():
+            with contextlib.suppress(Exception):  # a failed warm-up builds lazily instead
+                await asyncio.shield(self.warming)
         try:
             obs = await self.tracker.observe(ex, defer_accounting=True)
         except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request

@@ -185,6 +185,9 @@ class Tracker:
         #: bookkeeping waiting for a quiet event loop (see :meth:`later`)
         self._later: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
         self._started = False
+        #: The tokenizer/markers preload started by :meth:`start` (awaited by the first
+        #: requests instead of by the start-up, so the server listens at once).
+        self._preloaded: asyncio.Future[Any] | None = None
 
     @property
     def markers(self) -> Markers:
@@ -197,13 +200,13 @@ class Tracker:
     async def start(self) -> None:
         """Open the store and load every stored conversation into the index (history
         digests only; message contents are loaded lazily). Loads the tokenizers (so the
-        first request does not) and starts importing litellm (model windows) in a daemon
-        thread, which never delays shutdown."""
+        first request does not). litellm is not imported here: model windows come from
+        its model map read as data, and only a model that needs one of litellm's own
+        tokenizers imports it (:meth:`TokenAccounting.warm`, in a daemon thread)."""
         if self._started:
             return
         self._started = True
-        preload = _in_daemon_thread(self._preload)
-        _in_daemon_thread(self.accounting.preload_litellm)
+        self._preloaded = _in_daemon_thread(self._preload)
         await self.store.open()
         recs = await self.store.load(self.config.max_timeline)
         recs.sort(key=lambda r: r.last_seen)
@@ -211,7 +214,15 @@ class Tracker:
             self._recs[rec.id] = rec
             self.index.upsert(self._history(rec))
         self._evict(self.clock())
-        await preload
+
+    async def ready(self) -> None:
+        """Wait for the start-up preload (tokenizers, markers) unless it is done: a request
+        arriving in the first second waits for it rather than loading the same files on
+        the event loop. Never raises (a failed preload loads lazily instead)."""
+        fut = self._preloaded
+        if fut is not None and not fut.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(fut)
 
     def _preload(self) -> None:
         """What the first request would otherwise load: tokenizers, agent markers."""
@@ -310,6 +321,7 @@ class Tracker:
         always counted at once."""
         if not self.tracks(ex):
             return None
+        await self.ready()
         self._later.drain()  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
@@ -680,6 +692,13 @@ def _finish_background() -> None:
 
 
 atexit.register(_finish_background)
+
+
+def background_busy() -> bool:
+    """Whether a background load (tokenizers, litellm) is still running: a process that
+    wants to exit at once (``serve`` after its shutdown) leaves with ``os._exit`` rather
+    than wait for it in :func:`_finish_background`."""
+    return any(t.is_alive() for t in list(_BACKGROUND))
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

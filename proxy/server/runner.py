@@ -70,13 +70,15 @@ async def start_server(
     return RunningServer(runner=runner, host=host, port=bound)
 
 
-async def _serve(config: ProxyConfig, app: web.Application) -> None:
+async def _serve(config: ProxyConfig, app: web.Application, on_listening: Callable[[RunningServer], None] | None) -> None:
     server = await start_server(
         app,
         config.server.host,
         config.server.port,
         shutdown_grace_seconds=config.server.shutdown_grace_seconds,
     )
+    if on_listening is not None:
+        on_listening(server)
     GATE_LOGGER.info(
         "listening",
         extra={
@@ -108,12 +110,14 @@ def serve(
     interceptor: Interceptor | None = None,
     *,
     app: web.Application | None = None,
+    on_listening: Callable[[RunningServer], None] | None = None,
 ) -> None:
     """Run the proxy in the foreground until SIGINT/SIGTERM.
 
     ``app`` is the application to serve (e.g. one with the gate installed); by
-    default ``create_app(config, interceptor)``.
+    default ``create_app(config, interceptor)``. ``on_listening(server)`` is called once
+    the socket is bound. A listening failure (a busy port) raises :class:`OSError`.
     """
     served = app if app is not None else create_app(config, interceptor)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config, served))
+        asyncio.run(_serve(config, served, on_listening))
