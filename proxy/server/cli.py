@@ -11,7 +11,14 @@ import sys
 from typing import TextIO
 
 from proxy import __version__
-from proxy.config import CONFIG_ENV_VAR, ConfigError, Overrides, ProxyConfig, apply_overrides, load_config
+from proxy.config import (
+    CONFIG_ENV_VAR,
+    ConfigError,
+    Overrides,
+    ProxyConfig,
+    apply_overrides,
+    load_config,
+)
 from proxy.server.logs import configure_logging
 from proxy.server.runner import AppFactory, RunningServer, serve
 

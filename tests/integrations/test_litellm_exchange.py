@@ -9,7 +9,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.integrations.litellm_exchange import apply_body, call_kind, event_payload, exchange_of, request_body
+from proxy.integrations.litellm_exchange import (
+    apply_body,
+    call_kind,
+    event_payload,
+    exchange_of,
+    request_body,
+)
 from proxy.server.headers import tenant_of
 
 
