@@ -11,14 +11,8 @@ import sys
 from typing import TextIO
 
 from proxy import __version__
-from proxy.config import (
-    CONFIG_ENV_VAR,
-    ConfigError,
-    Overrides,
-    ProxyConfig,
-    apply_overrides,
-    load_config,
-)
+from proxy.config import ConfigError, ProxyConfig
+from proxy.serve_args import add_arguments, effective_config
 from proxy.server.logs import configure_logging
 from proxy.server.runner import AppFactory, RunningServer, serve
 
@@ -29,43 +23,10 @@ __all__ = ["APP_FACTORY", "add_arguments", "banner", "load_app_factory", "run"]
 APP_FACTORY = "proxy.gate.wiring:create_gate_app"
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range: {value}")
-    return value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare ``serve`` flags; each overrides the config file."""
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get(CONFIG_ENV_VAR),
-        help=f"YAML config file (default: ${CONFIG_ENV_VAR}, else embedded defaults)",
-    )
-    parser.add_argument("--host", metavar="H", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", metavar="P", type=_port, help="listen port (default 8788)")
-    parser.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="send every request to this provider base URL, e.g. https://api.openai.com/v1 "
-        "or https://api.anthropic.com (replaces the configured upstreams)",
-    )
-    parser.add_argument("--policy", metavar="NAME|FILE", help="policy preset name or policy file")
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the proxy until interrupted. Returns 2 on configuration errors."""
     try:
-        config = load_config(args.config)
-        config = apply_overrides(
-            config,
-            Overrides(host=args.host, port=args.port, upstream=args.upstream, policy=args.policy),
-        )
+        config = effective_config(args)
     except ConfigError as exc:
         print(f"compaction-gate: configuration error:\n{exc}", file=sys.stderr)
         return 2
