@@ -9,6 +9,7 @@ finished its graceful-shutdown wait.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -21,7 +22,7 @@ from proxy.dashboard import setup_dashboard
 from proxy.dashboard.access import gate_access_middleware
 from proxy.metrics import METRICS_KEY, Metrics, metrics_handler
 from proxy.server.errors import ProxyError, error_response
-from proxy.server.forward import proxy_handler
+from proxy.server.forward import _after_response, new_record, proxy_handler
 from proxy.server.hooks import Interceptor, NoopInterceptor
 from proxy.server.record import H_ACTION, H_CONVERSATION, UNKNOWN_CONVERSATION
 from proxy.server.routes import detect_dialect
@@ -111,6 +112,11 @@ async def router_errors(request: web.Request, handler: Handler) -> web.StreamRes
         resp.headers[H_ACTION] = "none"
         if isinstance(exc, web.HTTPMethodNotAllowed):
             resp.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        # logged and counted like any request (the metric's route label is bounded:
+        # an unknown path counts as "other" / "/v1/other", never as itself)
+        rec = new_record(request)
+        rec.status, rec.dialect, rec.error = exc.status, dialect, err.code
+        asyncio.get_running_loop().call_soon(_after_response, request.app, rec)
         return resp
 
 

@@ -82,11 +82,14 @@ async def _read_body(request: web.Request, limit: int) -> bytes | None:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
 
 
+def new_record(request: web.Request) -> RequestRecord:
+    """The bookkeeping of one request, with a fresh request id."""
+    return RequestRecord(request_id=f"{_ID_PREFIX}{next(_ID_COUNTER):012x}", method=request.method, route=request.path)
+
+
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
     """Handle one ``/v1/...`` request end to end (see module docstring)."""
-    rec = RequestRecord(
-        request_id=f"{_ID_PREFIX}{next(_ID_COUNTER):012x}", method=request.method, route=request.path
-    )
+    rec = new_record(request)
     try:
         return await _handle(request, rec)
     except asyncio.CancelledError:
