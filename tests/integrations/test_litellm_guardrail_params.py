@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the guardrail needs litellm[proxy] (the test extras)")
 
-from proxy.integrations import litellm_guardrail as lg  # noqa: E402
-from proxy.yamlconf import ConfigError  # noqa: E402
+from proxy.integrations import litellm_guardrail as lg
+from proxy.yamlconf import ConfigError
 
 
 def test_policy_and_state_come_from_the_parameters(tmp_path: Path) -> None:
