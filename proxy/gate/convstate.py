@@ -30,6 +30,8 @@ class Pending:
     bindings: list[Binding]
     anchor_digest: str | None
     footer: str | None = None
+    #: key of the summary's own part within the anchor message (the note follows it)
+    anchor_part: str | None = None
 
 
 @dataclass

@@ -227,7 +227,7 @@ class GateInterceptor:
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)
-        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path))
+        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path), markers)
         fixed = repair(req, st, analysis, action)
         tap = arm_tripwire(req, st)
         body = json.dumps(fixed.body, ensure_ascii=False).encode() if fixed.body is not None else None
