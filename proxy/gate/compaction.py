@@ -191,6 +191,8 @@ def respond_to_compaction(
         st.known_norms = set(sig.known_norms)
         if action in ("reinject", "spill", "reject"):
             st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part)
+        known = {b.value for b in st.lost}
+        st.lost += [b for b in bindings if b.value not in known]
         req.record(
             "compaction",
             action,
@@ -205,7 +207,9 @@ def respond_to_compaction(
             message=f"{analysis.transition.kind} dropped {len(analysis.required_missing)} required binding(s)",
         )
         return action
-    if analysis.transition.kind != "append":
+    if analysis.transition.kind != "append" and not _still_pending(req, st):
+        # (a request the pending repair still answers — a refused request resent with other
+        # tools, say — is judged by that repair, not logged "safe")
         req.record(
             "compaction",
             "warn" if eff.safe == "warn" else "none",
@@ -221,19 +225,42 @@ def respond_to_compaction(
     return "none"
 
 
+def _still_pending(req: GateRequest, st: ConversationState) -> bool:
+    """Whether the conversation's pending repair still applies to this request (it lacks
+    one of the repair's non-secret bindings)."""
+    p = st.pending
+    if p is None:
+        return False
+    visible = req.obs.current.visible_text()
+    return any(not b.sensitive and b.value not in visible for b in p.bindings)
+
+
 def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str) -> Repair:
     """Apply the conversation's pending repair to this request, if the request still
-    lacks one of its (non-secret) bindings; a request that has them all ends it."""
+    lacks one of its (non-secret) bindings; a request that has them all ends it (and
+    what the conversation lost is forgotten once the client sends it back)."""
+    current, policy = req.obs.current, req.policy
+    visible = current.visible_text()
+    if st.lost:
+        st.lost = [b for b in st.lost if b.sensitive or b.value not in visible]
+        if not [b for b in st.lost if not b.sensitive]:
+            st.lost = []
     p = st.pending
     if p is None:
         return Repair(action)
-    current, policy = req.obs.current, req.policy
-    visible = current.visible_text()
     still = [b for b in p.bindings if b.sensitive or b.value not in visible]
     if not [b for b in still if not b.sensitive]:
         st.pending = None
         return Repair(action)
     if p.action == "reject":
+        if analysis is None or not analysis.destructive:
+            req.record(
+                "reject_sticky",
+                "reject",
+                required=[b.value for b in still],
+                transition=analysis.transition.kind if analysis is not None else None,
+                message=f"still refused: the history lacks {len(still)} binding(s) an earlier compaction dropped",
+            )
         return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
