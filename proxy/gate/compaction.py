@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.analysis import Analysis, analyze
-from ..core.identifiers.model import redact
+from ..core.diff import SourceRef
+from ..core.identifiers.model import Identifier, redact
 from ..core.interventions.bindings import Binding
 from ..core.interventions.placement import raw_index
 from ..core.interventions.reinject import reinject
@@ -26,6 +27,7 @@ from ..core.interventions.reject import rejection_message
 from ..core.interventions.spill import render_region, spill_note
 from ..core.markers import Markers, fold
 from ..core.messages import Snapshot
+from ..core.signals import Obligation
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
@@ -51,14 +53,34 @@ class Repair:
     reject: Reject | None = None
 
 
-def analyze_request(req: GateRequest, markers: Markers) -> Analysis | None:
+@dataclass(frozen=True)
+class ProtectedObligations:
+    """The policy's obligation rule, plus one obligation keeping the bindings the gate
+    contracted for the conversation (:attr:`ConversationState.protected`) wherever they
+    now appear — in a summary, or the gate's own appended section (user prose that no
+    rule would otherwise call required)."""
+
+    base: PolicyObligations
+    values: frozenset[str]
+
+    def __call__(self, identifiers: Sequence[Identifier], before: Snapshot) -> Sequence[Obligation]:
+        out = list(self.base(identifiers, before))
+        hits = [i for i in identifiers if i.value in self.values and not i.sensitive]
+        if hits:
+            norms = tuple(dict.fromkeys(i.norm for i in hits))
+            out.append(Obligation("keep_bindings", SourceRef.of(hits[0].source), norms))
+        return out
+
+
+def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | None = None) -> Analysis | None:
     """The analysis of previous → current (``None`` for a conversation's first request)."""
     previous = req.obs.previous
     if previous is None:
         return None
-    return analyze(
-        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=PolicyObligations(req.policy)
-    )
+    rule: ProtectedObligations | PolicyObligations = PolicyObligations(req.policy)
+    if st is not None and st.protected:
+        rule = ProtectedObligations(rule, frozenset(b.value for b in st.protected))
+    return analyze(previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule)
 
 
 def summary_anchor(analysis: Analysis) -> int | None:

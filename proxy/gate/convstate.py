@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,9 +56,17 @@ class ConversationState:
     expected: dict[str, tuple[str, ...]] = field(default_factory=dict)
     known_norms: set[str] = field(default_factory=set)
     lost: list[Binding] = field(default_factory=list)
+    #: bindings the gate has contracted for this conversation: they stay required in its
+    #: later compactions wherever they now sit (in a summary, in the gate's own appended
+    #: section), so a re-summary of a summary cannot drop them unnoticed
+    protected: list[Binding] = field(default_factory=list)
+
+    def protect(self, bindings: Sequence[Binding]) -> None:
+        have = {b.value for b in self.protected}
+        self.protected += [b for b in bindings if not b.sensitive and b.value not in have]
 
     def is_empty(self) -> bool:
-        return self.pending is None and self.armed <= 0 and not self.lost
+        return self.pending is None and self.armed <= 0 and not self.lost and not self.protected
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (no secret in clear: sensitive bindings carry their redacted
@@ -79,6 +87,7 @@ class ConversationState:
             "expected": {k: list(v) for k, v in self.expected.items()},
             "known_norms": sorted(self.known_norms)[-MAX_KNOWN_NORMS:] if self.armed > 0 else [],
             "lost": [_binding_dict(b) for b in self.lost],
+            "protected": [_binding_dict(b) for b in self.protected],
         }
 
     @classmethod
@@ -100,6 +109,7 @@ class ConversationState:
             expected={k: tuple(v) for k, v in (d.get("expected") or {}).items()},
             known_norms=set(d.get("known_norms") or ()),
             lost=[_binding_of(b) for b in d.get("lost") or ()],
+            protected=[_binding_of(b) for b in d.get("protected") or ()],
         )
 
 

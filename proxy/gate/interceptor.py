@@ -224,8 +224,10 @@ class GateInterceptor:
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)
         if obs.is_summarization_request:
-            return gate_summary(req, side_history, st)
-        analysis = analyze_request(req, markers)
+            decision = gate_summary(req, side_history, st)
+            self._states.save(req.cid)
+            return decision
+        analysis = analyze_request(req, markers, st)
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)

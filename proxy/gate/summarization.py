@@ -98,8 +98,14 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, st: Con
     if not req.effective.gate:
         return Decision()
     bindings = summarized_bindings(req, side_history)
+    if st is not None and st.protected:
+        visible = req.obs.current.visible_text()
+        have = {b.value for b in bindings}
+        bindings += [b for b in st.protected if b.value in visible and b.value not in have]
     restore = lost_bindings_to_restore(req, st, bindings)
     bindings += restore
+    if st is not None:
+        st.protect(bindings)
     if not bindings:
         req.record("summarization", "none", message="summarization call with no required binding")
         return Decision()
