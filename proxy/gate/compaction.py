@@ -77,9 +77,10 @@ def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | 
     previous = req.obs.previous
     if previous is None:
         return None
-    rule: ProtectedObligations | PolicyObligations = PolicyObligations(req.policy)
+    base = PolicyObligations(req.policy)
+    rule: ProtectedObligations | PolicyObligations = base
     if st is not None and st.protected:
-        rule = ProtectedObligations(rule, frozenset(b.value for b in st.protected))
+        rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
     return analyze(previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule)
 
 

@@ -51,7 +51,7 @@ def aider() -> str:
     )
 
 
-def run_aider(aider: str, tmp: Path, policy: str, story: Story, turns: list[str]) -> tuple[Any, Workspace, str]:
+def run_aider(aider: str, tmp: Path, policy: str, story: Story, turns: list[str]) -> tuple[Any, str]:
     ws = Workspace.create(tmp)
     stack = GateStack(policy, story.openai)
     try:
@@ -65,7 +65,7 @@ def run_aider(aider: str, tmp: Path, policy: str, story: Story, turns: list[str]
             r = run([*argv, "--restore-chat-history", "--message", turn], ws, env, timeout=300)
             assert r.returncode == 0, r.stderr[-2000:]
             out += r.stdout
-        return stack, ws, out
+        return stack, out
     except BaseException:
         stack.close()
         raise
@@ -92,7 +92,7 @@ def _compactions(stack: Any) -> list[dict[str, Any]]:
 
 def test_default_pasted_output_binding_survives_aider_compaction(aider: str, tmp_path: Path, stacks: Any) -> None:
     story = Story(obey_contract_from=0)  # a weak model that ignores the contract
-    stack, ws, out = run_aider(aider, tmp_path, "default", story, TURNS)
+    stack, out = run_aider(aider, tmp_path, "default", story, TURNS)
     stacks.append(stack)
     assert story.summaries, "aider never compacted (raise the filler or lower --max-chat-history-tokens)"
     gated = events_of(stack, "summarization")
@@ -106,7 +106,7 @@ def test_default_pasted_output_binding_survives_aider_compaction(aider: str, tmp
 
 def test_audit_records_the_destructive_compaction(aider: str, tmp_path: Path, stacks: Any) -> None:
     story = Story(obey_contract_from=0)
-    stack, ws, out = run_aider(aider, tmp_path, "audit", story, TURNS)
+    stack, out = run_aider(aider, tmp_path, "audit", story, TURNS)
     stacks.append(stack)
     destructive = [e for e in _compactions(stack) if e.get("verdict") == "destructive"]
     assert destructive and destructive[0]["action"] == "warn" and ROLLBACK_TARGET in destructive[0]["required"]
@@ -119,7 +119,7 @@ def test_strict_refuses_and_the_values_sent_back_proceed(aider: str, tmp_path: P
     policy.write_text("version: 1\nname: strict-contract-only\nextends: strict\ngate:\n  append_missing: false\n")
     story = Story(obey_contract_from=0)
     turns = [*TURNS, f"The migration output was: Running upgrade {ROLLBACK_TARGET} -> 4f9a2c1e7b3d. Roll back now."]
-    stack, ws, out = run_aider(aider, tmp_path / "w", str(policy), story, turns)
+    stack, out = run_aider(aider, tmp_path / "w", str(policy), story, turns)
     stacks.append(stack)
     # aider shows the refusal, naming the revision; no retry storm
     assert "compaction-gate refused this request" in out and ROLLBACK_TARGET in out

@@ -25,7 +25,14 @@ from typing import Any
 import pytest
 
 from tests.clients.story import INVENTED, NEW_HEAD, ROLLBACK_TARGET, Story
-from tests.clients.support import CLIENTS_ROOT, Workspace, conversation_ids, events_of, find_binary, run
+from tests.clients.support import (
+    CLIENTS_ROOT,
+    Workspace,
+    conversation_ids,
+    events_of,
+    find_binary,
+    run,
+)
 from tests.e2e.stack import GateStack
 
 VERSION = "2.1.332"
