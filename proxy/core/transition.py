@@ -318,7 +318,7 @@ def _only_moved(
 ) -> str | None:
     """A reason when no content was lost: every old message that is gone from its place
     (or changed) is still in the request — with the same role and the same text up to
-    whitespace (re-ordered, re-spaced), or, for a message that is not a tool result, with
+    whitespace (re-ordered, re-spaced), or, for a message with no tool call or result, with
     the same first line and a similar length (re-rendered) — as aider does every turn with
     its setup messages (the files in the chat as they are now) and its system reminder.
     Not a compaction (``None`` otherwise, and whenever an agent's compaction marker was
@@ -326,19 +326,19 @@ def _only_moved(
     if not lost_idx or agent is not None:
         return None
     present = {_content_key(m) for m in new_msgs}
-    heads = {_head_key(m) for m in new_msgs if not m.tool_results}
+    heads = {_head_key(m) for m in new_msgs if not (m.tool_results or m.tool_calls)}
     for i in lost_idx:
         if not 0 <= i < len(old_msgs):
             continue
         m = old_msgs[i]
         if _content_key(m) in present:
             continue
-        if m.tool_results or _head_key(m) not in heads:
+        if m.tool_results or m.tool_calls or _head_key(m) not in heads:
             return None
         # a setup message re-rendered with fresh content (aider's "I have *added these
         # files to the chat*" carries the files as they are now): the same message, still
         # there — unless it shrank or grew a lot (a summary in its place)
-        twin = next(n for n in new_msgs if not n.tool_results and _head_key(n) == _head_key(m))
+        twin = next(n for n in new_msgs if not (n.tool_results or n.tool_calls) and _head_key(n) == _head_key(m))
         if not 0.5 <= (len(twin.text) + 1) / (len(m.text) + 1) <= 2.0:
             return None
     return "request extends the history (messages re-ordered, re-spaced or re-rendered; no content lost)"
