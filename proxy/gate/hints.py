@@ -55,8 +55,9 @@ class RequestHints:
             if last.role in ("user", "system"):
                 text = last.text
                 folded = fold(text if len(text) <= 20_000 else text[:10_000] + " " + text[-10_000:])
-                found = self._markers().summarize_request_agent(folded, last.role)
-                if found is None:
+                markers = self._markers()
+                found = markers.summarize_request_agent(folded, last.role)
+                if found is None and not markers.presents_summary(folded, last.role):
                     head = folded if len(folded) <= 4000 else folded[:1500] + " " + folded[-1500:]
                     if _GENERIC_SUMMARY.search(head):
                         found = "generic"
