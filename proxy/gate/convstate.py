@@ -35,13 +35,16 @@ class Pending:
 @dataclass
 class ConversationState:
     """``armed``: responses still checked by the tripwire; ``dropped_kinds``,
-    ``expected`` and ``known_norms`` are its input (from the compaction's signals)."""
+    ``expected`` and ``known_norms`` are its input (from the compaction's signals);
+    ``tripwire_request`` the fingerprint of the request it last checked."""
 
     pending: Pending | None = None
     armed: int = 0
     dropped_kinds: frozenset[str] = frozenset()
     expected: dict[str, tuple[str, ...]] = field(default_factory=dict)
     known_norms: set[str] = field(default_factory=set)
+    #: the request the tripwire last checked (a retry of it does not consume ``armed``)
+    tripwire_request: str | None = None
 
 
 class ConversationStates:

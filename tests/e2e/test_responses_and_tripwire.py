@@ -155,3 +155,24 @@ def test_tripwire_annotates_a_responses_stream_the_sdk_reads(tmp_path: Any) -> N
         assert trip and trip[-1]["tripwire"] == "annotate"
     finally:
         stack.close()
+
+
+def test_a_blocked_responses_stream_completes_and_its_retries_stay_blocked() -> None:
+    """The blocked stream ends with response.completed (no SDK error, nothing to
+    execute), and sending the same request again — more times than the tripwire window
+    (5 in `default`) — never lets the invented value through: a retry does not consume
+    the window."""
+    stack = GateStack("default", inventing_responder)
+    try:
+        agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), True)
+        agent.work(story.TASK)
+        agent.compact(story.LOSSY_SUMMARY)
+        agent.user(story.ROLLBACK_ASK)
+        for _ in range(7):
+            text, calls = agent.call(agent.items)
+            assert calls == []  # the invented downgrade never reaches the executor
+            assert text.startswith("[compaction-gate]") and story.INVENTED in text and story.REVISION in text
+        trip = [e for e in stack.events() if e["kind"] == "tripwire"]
+        assert len(trip) == 7 and {e["tripwire"] for e in trip} == {"block"}
+    finally:
+        stack.close()
