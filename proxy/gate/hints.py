@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from proxy.core.lineage import LineageIndex, line_fingerprints
 from proxy.core.markers import Markers, fold
@@ -69,6 +70,25 @@ class RequestHints:
                 found = self._markers().summarize_request_agent(fold(snap.system[:20_000]), "system")
                 self._remember(key, found)
         return found
+
+    def request_agent(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+        """Agent whose summarization marker the request carries outside its messages: the
+        type of a Responses request's last input item (``compaction_trigger``: a
+        server-side compaction), or a header value (Codex's turn metadata)."""
+        markers = self._markers()
+        raw = body.get("input")
+        last = raw[-1] if isinstance(raw, list) and raw else None
+        if isinstance(last, Mapping) and isinstance(last.get("type"), str):
+            found = markers.summarize_request_agent(fold(last["type"]), "item")
+            if found is not None:
+                return found
+        if markers.matches_headers():
+            for value in headers.values():
+                if len(value) <= 8192:
+                    found = markers.summarize_request_agent(fold(value), "header")
+                    if found is not None:
+                        return found
+        return None
 
     def continuation_agent(self, snap: Snapshot) -> str | None:
         """Agent whose post-compaction marker one of the first three messages carries."""

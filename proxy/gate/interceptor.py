@@ -48,7 +48,7 @@ from .events import EventLog
 from .recording import DecisionRecorder
 from .request import GATED_KINDS, GateRequest
 from .spill import SpillStore
-from .summarization import gate_summary, history_for_side_request
+from .summarization import history_for_side_request, summarization_call
 from .taps import ChainTap
 from .tracker import Observation, Tracker
 from .tripwire import arm_tripwire
@@ -222,7 +222,7 @@ class GateInterceptor:
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)
         if obs.is_summarization_request:
-            return gate_summary(req, side_history)
+            return summarization_call(req, st, side_history)
         analysis = analyze_request(req, markers)
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
