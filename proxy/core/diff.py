@@ -103,6 +103,9 @@ class LostBinding:
     required: bool = False
     #: Every message index of the lost region where the value appeared.
     seen_at: tuple[int, ...] = ()
+    #: The line it came from (one line, secrets redacted): what the value *is* — the
+    #: ``from`` of ``Running upgrade 1a2b… -> 4f9a…`` — when a kind has several.
+    context: str = ""
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -115,6 +118,8 @@ class LostBinding:
             "source": self.source.to_json(),
             "where": self.source.describe(),
         }
+        if self.context:
+            out["line"] = self.context
         if self.altered_to is not None:
             out["altered_to"] = self.altered_to
         return out
@@ -377,6 +382,7 @@ def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> Identi
             status="altered" if to is not None else "dropped",
             altered_to=to,
             seen_at=tuple(sorted({i.source.message_index for i in occ})),
+            context=rep.context,
         )
         (altered if to is not None else dropped).append(entry)
     order = lambda b: (b.regenerable, b.source.message_index, b.value)

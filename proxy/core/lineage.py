@@ -366,6 +366,14 @@ class LineageIndex:
         cid, n = max(hits.items(), key=lambda kv: (kv[1], self._hist[kv[0]].last_seen))
         return self._hist[cid], n
 
+    def _latest(self, probe: Probe) -> History | None:
+        """The most recently seen conversation of the probe's namespace."""
+        ns = self._ns.get(probe.namespace)
+        if ns is None:
+            return None
+        ids = {c for s in ns.by_system.values() for c in s}
+        return max((self._hist[c] for c in ids), key=lambda h: h.last_seen) if ids else None
+
     def _latest_with_system(self, probe: Probe) -> History | None:
         ns = self._ns.get(probe.namespace)
         if ns is None:
@@ -508,6 +516,11 @@ def match(index: LineageIndex, probe: Probe) -> Match:
         return best
     if probe.scoped or probe.continuation_hint:
         same = index._latest_with_system(probe)
+        if same is None and probe.scoped and probe.continuation_hint:
+            # The client's own session id, and the request says it continues a compacted
+            # conversation: the same conversation whatever became of its system prompt,
+            # tools or head (Claude Code rewrites its system prompt at compaction).
+            same = index._latest(probe)
         if same is not None:
             if probe.summarize_hint:
                 return Match(same.conversation_id, "side_request")

@@ -38,6 +38,7 @@ from typing import Literal
 from .markers import NO_MARKERS, Markers, fold
 from .messages import Message, Part, Snapshot
 from .prefix import common_prefix
+from .volatile import stable_system
 
 TransitionKind = Literal["append", "summarize", "truncate", "mask", "edit", "fork", "reset"]
 
@@ -232,7 +233,7 @@ def classify(
     the same message (see :func:`same_reply`).
     """
     old, new = before.digests, after.digests
-    system_changed = before.system != after.system
+    system_changed = before.system != after.system and stable_system(before.system) != stable_system(after.system)
     p = common_prefix(old, new)
 
     # --- append: the fast path, digests only.
@@ -522,6 +523,8 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
     words = markers.summarize_words or ("summarize", "summarise", "summary")
     if not folded_last or not any(w in folded_last for w in words):
         return None
+    if markers.presents_summary(folded_last, "user"):
+        return None  # a compacted history that starts from a summary, not a request for one
     assert last is not None
     if _transcript_lines(last.text, markers.transcript_labels) >= 4:
         return SummarizeRequest(None, "pasted_history", i, True)

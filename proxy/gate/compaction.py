@@ -12,6 +12,7 @@ sends the bindings itself (the repair is sticky).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from ..core.interventions.placement import raw_index
 from ..core.interventions.reinject import reinject
 from ..core.interventions.reject import rejection_message
 from ..core.interventions.spill import render_region, spill_note
-from ..core.markers import Markers
+from ..core.markers import Markers, fold
 from ..core.messages import Snapshot
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
@@ -62,12 +63,50 @@ def analyze_request(req: GateRequest, markers: Markers) -> Analysis | None:
 
 def summary_anchor(analysis: Analysis) -> int | None:
     """The index (in the current snapshot) of the message a note follows: the last summary
-    message, else the last inserted one."""
+    message, else the last inserted one, else the message before the seam — where the
+    lost region used to be — so that a note never lands between leading system messages
+    and the client's own context that the compaction kept (``None``: the seam is the very
+    start)."""
     t = analysis.transition
     if t.summary:
         return max(t.summary)
     if t.inserted:
         return max(t.inserted)
+    lost = analysis.lost_region
+    if not lost:
+        return None
+    first = lost[0]
+    before = [b + size for a, b, size in t.kept if a + size <= first]
+    seam = max(before, default=0)
+    return seam - 1 if seam > 0 else None
+
+
+def summary_part(current: Snapshot, anchor: int | None, markers: Markers) -> str | None:
+    """The text of the part of message ``anchor`` that is the summary: the one that
+    presents a summary (continuation marker, summary opener), else the longest text."""
+    if anchor is None or not 0 <= anchor < len(current.messages):
+        return None
+    texts = [p.text for p in current.messages[anchor].parts if p.kind == "text" and p.text.strip()]
+    if len(texts) <= 1:
+        return texts[0] if texts else None
+    m = current.messages[anchor]
+    for text in texts:
+        if markers.presents_summary(fold(text[:4000]), m.role):
+            return text
+    return max(texts, key=len)
+
+
+def _text_key(text: str | None) -> str | None:
+    return None if text is None else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def part_with_key(current: Snapshot, index: int | None, key: str | None) -> str | None:
+    """The text of the part of message ``index`` whose :func:`_text_key` is ``key``."""
+    if index is None or key is None or not 0 <= index < len(current.messages):
+        return None
+    for p in current.messages[index].parts:
+        if p.kind == "text" and _text_key(p.text) == key:
+            return p.text
     return None
 
 
@@ -122,7 +161,7 @@ def _lost_bindings(req: GateRequest, analysis: Analysis) -> list[Binding]:
 
 
 def respond_to_compaction(
-    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget, markers: Markers
 ) -> str:
     """Apply the scoped action to the verdict (see the module docstring); returns the
     request's action so far (``none`` when there is nothing to say)."""
@@ -138,6 +177,7 @@ def respond_to_compaction(
         anchor_digest = (
             current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
         )
+        anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
         if action == "spill":
             footer = spill_lost_region(req, analysis, bindings, spill)
@@ -151,7 +191,9 @@ def respond_to_compaction(
         st.known_norms = set(sig.known_norms)
         st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
-            st.pending = Pending(action, bindings, anchor_digest, footer)
+            st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part)
+        known = {b.value for b in st.lost}
+        st.lost += [b for b in bindings if b.value not in known]
         req.record(
             "compaction",
             action,
@@ -166,7 +208,9 @@ def respond_to_compaction(
             message=f"{analysis.transition.kind} dropped {len(analysis.required_missing)} required binding(s)",
         )
         return action
-    if analysis.transition.kind != "append":
+    if analysis.transition.kind != "append" and not _still_pending(req, st):
+        # (a request the pending repair still answers — a refused request resent with other
+        # tools, say — is judged by that repair, not logged "safe")
         req.record(
             "compaction",
             "warn" if eff.safe == "warn" else "none",
@@ -182,19 +226,42 @@ def respond_to_compaction(
     return "none"
 
 
+def _still_pending(req: GateRequest, st: ConversationState) -> bool:
+    """Whether the conversation's pending repair still applies to this request (it lacks
+    one of the repair's non-secret bindings)."""
+    p = st.pending
+    if p is None:
+        return False
+    visible = req.obs.current.visible_text()
+    return any(not b.sensitive and b.value not in visible for b in p.bindings)
+
+
 def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str) -> Repair:
     """Apply the conversation's pending repair to this request, if the request still
-    lacks one of its (non-secret) bindings; a request that has them all ends it."""
+    lacks one of its (non-secret) bindings; a request that has them all ends it (and
+    what the conversation lost is forgotten once the client sends it back)."""
+    current, policy = req.obs.current, req.policy
+    visible = current.visible_text()
+    if st.lost:
+        st.lost = [b for b in st.lost if b.sensitive or b.value not in visible]
+        if not [b for b in st.lost if not b.sensitive]:
+            st.lost = []
     p = st.pending
     if p is None:
         return Repair(action)
-    current, policy = req.obs.current, req.policy
-    visible = current.visible_text()
     still = [b for b in p.bindings if b.sensitive or b.value not in visible]
     if not [b for b in still if not b.sensitive]:
         st.pending = None
         return Repair(action)
     if p.action == "reject":
+        if analysis is None or not analysis.destructive:
+            req.record(
+                "reject_sticky",
+                "reject",
+                required=[b.value for b in still],
+                transition=analysis.transition.kind if analysis is not None else None,
+                message=f"still refused: the history lacks {len(still)} binding(s) an earlier compaction dropped",
+            )
         return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
@@ -203,6 +270,7 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
         req.body,
         still,
         anchor=raw_anchor,
+        after_text=part_with_key(current, anchor, p.anchor_part),
         role=policy.reinject_role,
         budget_tokens=policy.reinject_budget_tokens,
         count_tokens=req.count_tokens,

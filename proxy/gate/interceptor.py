@@ -97,7 +97,9 @@ class GateInterceptor:
         self.spill = spill if spill is not None else SpillStore()  # an empty store is falsy (len)
         self.config = config or GateConfig()
         self._count = token_counter or default_token_counter()
-        self._states = ConversationStates(self.config.max_conversations)
+        self._states = ConversationStates(
+            self.config.max_conversations, load=tracker.gate_state, save=tracker.save_gate_state
+        )
         self._markers: dict[str, Markers] = {}
         self._recorder = DecisionRecorder(
             events if events is not None else EventLog(),
@@ -222,14 +224,17 @@ class GateInterceptor:
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)
         if obs.is_summarization_request:
-            return summarization_call(req, st, side_history)
+            decision = summarization_call(req, st, side_history)
+            self._states.save(req.cid)
+            return decision
         analysis = analyze_request(req, markers)
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)
-        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path))
+        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path), markers)
         fixed = repair(req, st, analysis, action)
         tap = arm_tripwire(req, st)
+        self._states.save(req.cid)
         body = json.dumps(fixed.body, ensure_ascii=False).encode() if fixed.body is not None else None
         return Decision(
             action=fixed.action, body=body if fixed.reject is None else None, reject=fixed.reject, headers={}, tap=tap

@@ -5,7 +5,10 @@ compacted. It appends the contract of the required bindings found in what the ca
 summarizes to its instruction (``gate.contract``) and installs a tap that checks the
 returned summary and appends a verbatim section for what it still lacks
 (``gate.append_missing``). The action is ``gate`` when either modifies something,
-``warn`` otherwise; a call that summarizes no required binding is left alone.
+``warn`` otherwise; a call that summarizes no required binding is left alone. The
+bindings an earlier destructive compaction of the conversation dropped (and the client
+has not sent back) are contracted as well, so a re-compaction — the way forward after a
+refusal — restores them.
 """
 
 from __future__ import annotations
@@ -80,11 +83,19 @@ def summarized_bindings(req: GateRequest, side_history: Snapshot | None) -> list
     return [b for b in bindings if b.value in visible]
 
 
-def gate_summary(req: GateRequest, side_history: Snapshot | None = None, lost: Sequence[Binding] = ()) -> Decision:
-    """The decision for a summarization call (see the module docstring). ``lost``: the
-    bindings an earlier compaction of the conversation lost (and the gate still answers
-    for) — they belong in this call's contract even though its history no longer has
-    them, so a re-compaction can restore them.
+def lost_bindings_to_restore(req: GateRequest, st: ConversationState | None, have: Sequence[Binding]) -> list[Binding]:
+    """The bindings an earlier destructive compaction of this conversation dropped that the
+    summarization call does not carry: the re-compaction must restore them (the way
+    forward after a refusal under ``strict``). Never secrets."""
+    if st is None or not st.lost:
+        return []
+    seen = {b.value for b in have}
+    return [b for b in st.lost if not b.sensitive and b.value not in seen]
+
+
+def gate_summary(req: GateRequest, side_history: Snapshot | None = None, st: ConversationState | None = None) -> Decision:
+    """The decision for a summarization call (see the module docstring). ``st``: the
+    conversation's gate state; the bindings it lost are contracted too.
 
     A server-side compaction (the input ends with a ``compaction_trigger`` item) returns
     an encrypted summary: the contract is added all the same, but nothing can check or
@@ -93,8 +104,8 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, lost: S
     if not req.effective.gate:
         return Decision()
     bindings = summarized_bindings(req, side_history)
-    seen = {b.value for b in bindings}
-    bindings += [b for b in lost if b.value not in seen and not b.sensitive]
+    restore = lost_bindings_to_restore(req, st, bindings)
+    bindings += restore
     opaque = req.api == "responses" and is_opaque_summary_request(req.body)
     if not bindings:
         req.record("summarization", "none", message="summarization call with no required binding")
@@ -127,7 +138,9 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, lost: S
     )
     if opaque:
         action = "gate" if policy.gate_contract else "warn"
-    message = f"summarization call: {len(bindings)} binding(s) must survive verbatim"
+    message = f"summarization call: {len(bindings)} binding(s) must survive verbatim" + (
+        f" ({len(restore)} lost by an earlier compaction)" if restore else ""
+    )
     if opaque:
         message += "; server-side compaction: its summary is encrypted and cannot be checked"
     req.record(
@@ -136,7 +149,7 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, lost: S
         agent=req.obs.summarization_agent,
         contract=[b.value for b in listed] if policy.gate_contract else [],
         required=[b.value for b in bindings],
-        lost=[b.value for b in lost if not b.sensitive],
+        restore=[b.value for b in restore],
         opaque=opaque,
         message=message,
     )
@@ -155,7 +168,7 @@ def summarization_call(req: GateRequest, st: ConversationState, side_history: Sn
     bindings on the requests that follow (:func:`proxy.gate.compaction.repair`), which the
     refusal announced."""
     pending = st.pending
-    decision = gate_summary(req, side_history, lost=pending.bindings if pending is not None else ())
+    decision = gate_summary(req, side_history, st)
     if (
         pending is not None
         and pending.action == "reject"

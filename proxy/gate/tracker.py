@@ -283,6 +283,19 @@ class Tracker:
         self.store.save_conversation(rec)
         return ev
 
+    def gate_state(self, conversation_id: str) -> dict[str, Any] | None:
+        """The gate's stored state of a conversation (see :mod:`proxy.gate.convstate`)."""
+        rec = self._recs.get(conversation_id)
+        return rec.gate_state if rec is not None else None
+
+    def save_gate_state(self, conversation_id: str, state: dict[str, Any] | None) -> None:
+        """Store the gate's state of a conversation with its record (written through)."""
+        rec = self._recs.get(conversation_id)
+        if rec is None:
+            return
+        rec.gate_state = state
+        self.store.save_conversation(rec)
+
     def set_transition(self, conversation_id: str, seq: int, transition: str) -> None:
         """Refine the transition kind of one timeline entry (e.g. ``summarize``,
         ``truncate``, ``mask``) once the policy layer classified it."""
@@ -334,7 +347,7 @@ class Tracker:
             agent is not None,
             lines,
             explicit is not None,
-            self.hints.continuation_agent(snap) is not None,
+            self.hints.continuation_agent(snap) is not None or self.hints.continued_by_item(body) is not None,
             norm.reused_from,
             norm.reused,
         )

@@ -129,6 +129,9 @@ class ConversationRecord:
     seq: int = 0
     event_seq: int = 0
     side_digests: tuple[str, ...] = ()
+    #: The gate's state of the conversation (sticky repair, armed tripwire, the bindings
+    #: it lost), as :meth:`proxy.gate.convstate.ConversationState.to_dict`; never secrets.
+    gate_state: dict[str, Any] | None = None
     timeline: list[TimelineEntry] = field(default_factory=list)
     events: list[GateEvent] = field(default_factory=list)
 
@@ -146,6 +149,8 @@ class ConversationRecord:
         """A snapshot of the metadata (cheap; stores serialise it off the loop)."""
         d = {k: getattr(self, k) for k in self._META}
         d["side_digests"] = list(self.side_digests)
+        if self.gate_state is not None:
+            d["gate_state"] = self.gate_state
         return d
 
     def meta_json(self) -> str:
@@ -165,6 +170,8 @@ class ConversationRecord:
         rec = cls(**kwargs)
         rec.digests = tuple(digests.split(",")) if digests else ()
         rec.side_digests = tuple(d.get("side_digests") or ())
+        gs = d.get("gate_state")
+        rec.gate_state = gs if isinstance(gs, dict) else None
         return rec
 
 

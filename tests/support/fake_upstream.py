@@ -27,8 +27,9 @@ Scripting
 what the model "says". :class:`Call` gives the dialect, API kind, parsed body, model,
 headers and helpers ``last_user_text()`` / ``all_text()``. :class:`Reply` holds
 ``text``, ``tool_calls`` (:class:`ToolCall`), ``usage`` (:class:`Usage`), optional
-``stop_reason``, ``chunks`` (how text is split into stream deltas) and ``raw`` (a JSON
-body sent verbatim instead of the generated one). The default responder echoes:
+``stop_reason``, ``chunks`` (how text is split into stream deltas), ``raw`` (a JSON
+body sent verbatim instead of the generated one) and ``status`` (an HTTP error answered
+instead, ``text`` its message in the dialect's error body). The default responder echoes:
 ``"echo: <last user text>"``. ``fake.script(r1, r2, ...)`` queues replies used before
 the responder, one per model call (chat, completions, responses, messages).
 
@@ -137,6 +138,9 @@ class Reply:
     #: (e.g. ``{"type": "compaction", "encrypted_content": ...}``)
     items: Sequence[Mapping[str, Any]] = ()
     raw: Any = None
+    #: answer with this HTTP error status instead (``text`` is the error message, in the
+    #: dialect's error body): e.g. 400 "prompt is too long: …" to make an agent compact
+    status: int | None = None
 
 
 @dataclass(frozen=True)
@@ -518,6 +522,9 @@ class FakeUpstream:
         if rec.kind == "count_tokens":
             return self._json(ids, rec.dialect, {"input_tokens": max(1, _count(call.all_text()))})
         reply = await self._reply_for(call)
+        if reply.status is not None and reply.status >= 400:
+            message = reply.text or f"fake upstream error {reply.status}"
+            return self._json(ids, rec.dialect, _error_json(rec.dialect, reply.status, message), reply.status)
         if reply.raw is not None:
             return self._json(ids, rec.dialect, reply.raw)
         builder = _BUILDERS[rec.kind]

@@ -165,7 +165,17 @@ def _role(m: Any) -> str | None:
     return m.get("role") if isinstance(m, Mapping) else None
 
 
-def _insert_anthropic(body: dict[str, Any], text: str, anchor: int | None) -> Placement:
+def _block_index(blocks: list[Any], after_text: str | None) -> int | None:
+    """Index of the first text block whose text is ``after_text``."""
+    if after_text is None:
+        return None
+    for i, b in enumerate(blocks):
+        if isinstance(b, Mapping) and b.get("type") == "text" and b.get("text") == after_text:
+            return i
+    return None
+
+
+def _insert_anthropic(body: dict[str, Any], text: str, anchor: int | None, after_text: str | None = None) -> Placement:
     msgs = list(body.get("messages") or [])
     block = {"type": "text", "text": text}
     target: int | None = None
@@ -190,6 +200,12 @@ def _insert_anthropic(body: dict[str, Any], text: str, anchor: int | None) -> Pl
     msg = dict(msgs[target])
     blocks = _blocks(msg.get("content"))
     pos = _leading_tool_results(blocks) if at_front else len(blocks)
+    if target == anchor:
+        # the summary is a block of this user message, which may also hold the user's
+        # latest text (one merged turn): the note goes right after the summary block
+        found = _block_index(blocks, after_text)
+        if found is not None:
+            pos = found + 1
     blocks.insert(pos, block)
     msg["content"] = blocks
     msgs[target] = msg
@@ -207,16 +223,20 @@ def insert_note(
     *,
     anchor: int | None,
     role: NoteRole = "user",
+    after_text: str | None = None,
 ) -> tuple[dict[str, Any], Placement]:
     """Return a copy of ``body`` with ``text`` placed right after raw index ``anchor``
-    (``None``: at the start of the conversation, after leading system messages)."""
+    (``None``: at the start of the conversation, after leading system messages).
+    ``after_text``: the text of the summary itself, when the anchor message may hold more
+    than the summary (Anthropic merges a turn's text blocks into one user message): the
+    note then follows that block, not the message's last one."""
     out = dict(body)
     if dialect == "openai_chat":
         return out, _insert_chat(out, text, anchor, role)
     if dialect == "openai_responses":
         return out, _insert_responses(out, text, anchor, role)
     if dialect == "anthropic":
-        return out, _insert_anthropic(out, text, anchor)
+        return out, _insert_anthropic(out, text, anchor, after_text)
     raise PlacementError(f"cannot place a note in dialect {dialect!r}")
 
 
