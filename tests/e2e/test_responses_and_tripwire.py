@@ -176,3 +176,41 @@ def test_a_blocked_responses_stream_completes_and_its_retries_stay_blocked() -> 
         assert len(trip) == 7 and {e["tripwire"] for e in trip} == {"block"}
     finally:
         stack.close()
+
+
+def remote_responder(call: Call) -> Reply:
+    items = call.json.get("input") or []
+    if items and isinstance(items[-1], dict) and items[-1].get("type") == "compaction_trigger":
+        return Reply(items=[{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-opaque"}])
+    return story.responder(call)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_remote_compaction_over_http_gets_the_contract_and_the_next_request_the_bindings(stream: bool) -> None:
+    """POST /v1/responses whose input ends with a compaction_trigger item (Codex's remote
+    compaction over HTTP): the contract goes in before the trigger; the encrypted answer
+    passes untouched; the request after it gets the bindings back in plain text."""
+    stack = GateStack("default", remote_responder)
+    try:
+        client = openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0,
+                               default_headers={"session-id": "thread-http-remote"})
+        agent = ResponsesAgent(client, stream)
+        agent.work(story.TASK)
+        kw = {"model": "gpt-4o", "instructions": story.SYSTEM, "tools": [TOOL],
+              "input": [*agent.items, {"type": "compaction_trigger"}]}
+        if stream:
+            with client.responses.stream(**kw) as s:
+                resp = s.get_final_response()
+        else:
+            resp = client.responses.create(**kw)
+        assert [o.type for o in resp.output] == ["compaction"]
+        sent = stack.fake.requests[-1].json["input"]
+        assert sent[-1] == {"type": "compaction_trigger"} and story.REVISION in json.dumps(sent[-2])
+        agent.items = [agent.items[0], resp.output[0].model_dump(exclude_none=True)]
+        agent.user(story.ROLLBACK_ASK)
+        _, calls = agent.call(agent.items)
+        assert story.rollback_target(calls[0]["arguments"]) == story.REVISION
+        kinds = [(e["kind"], e["action"]) for e in stack.events()]
+        assert ("summarization", "gate") in kinds and ("compaction", "reinject") in kinds
+    finally:
+        stack.close()
