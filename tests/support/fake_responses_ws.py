@@ -35,7 +35,7 @@ def _error(status: int, code: str, message: str) -> str:
 
 
 async def serve_responses_websocket(fake: FakeUpstream, request: web.Request) -> web.WebSocketResponse:
-    from tests.support.fake_upstream import _BUILDERS, Call, RecordedRequest, Reply, _Ids
+    from tests.support.fake_upstream import _BUILDERS, Call, RecordedRequest, Reply, Usage, _Ids
 
     ws = web.WebSocketResponse(max_msg_size=0)
     await ws.prepare(request)
@@ -79,7 +79,7 @@ async def serve_responses_websocket(fake: FakeUpstream, request: web.Request) ->
                     json=body, model=body.get("model") if isinstance(body.get("model"), str) else None,
                     stream=True)
         warmup = frame.get("generate") is False
-        reply = Reply(text=None) if warmup else await fake._reply_for(call)
+        reply = Reply(usage=Usage(0, 0)) if warmup else await fake._reply_for(call)
         response_id, output = "", []
         for _name, data in _BUILDERS["responses"].stream(call, reply, _Ids(rec)):
             event = json.loads(data)
