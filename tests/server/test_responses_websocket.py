@@ -191,6 +191,9 @@ def test_strict_refusal_is_an_error_event_and_the_socket_stays_usable() -> None:
             assert last.error.code == "destructive_compaction" and story.REVISION in last.error.message
             assert last.headers == {"x-should-retry": "false"}
             assert len(_frames(stack.fake)) == before  # never reached the model
+            _, again = agent.create([_user(story.ROLLBACK_ASK)])  # the same request resent
+            assert again.type == "error" and again.error.code == "destructive_compaction"
+            assert len(_frames(stack.fake)) == before
             # the same socket still works: a re-compaction carries the lost binding in
             # its contract, and the request after it proceeds with the binding re-stated
             agent.compact_remotely()
@@ -228,5 +231,29 @@ def test_tripwire_blocks_on_the_socket_and_upstream_gets_the_history_the_client_
         assert "previous_response_id" not in sent
         assert story.INVENTED not in json.dumps([i for i in sent["input"] if i.get("type") == "function_call"])
         assert any(e["kind"] == "tripwire" and e["tripwire"] == "block" for e in stack.events())
+    finally:
+        stack.close()
+
+
+class Broken:
+    async def before(self, ex: Any) -> Any:
+        raise RuntimeError("gate bug")
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+def test_a_failing_gate_forwards_the_frame_or_refuses_it_per_fail_open(fail_open: bool) -> None:
+    from proxy.config import GateSettings
+
+    stack = ProxyStack(fake=FakeUpstream(story.responder), interceptor=Broken(),
+                       gate=GateSettings(fail_open=fail_open))
+    try:
+        with _connect(stack) as conn:
+            agent = SocketAgent(conn)
+            _, last = agent.create([_user("hello")])
+        if fail_open:
+            assert last.type == "response.completed" and len(_frames(stack.fake)) == 1
+        else:
+            assert last.type == "error" and last.status == 502 and last.error.code == "gate_error"
+            assert _frames(stack.fake) == []
     finally:
         stack.close()
