@@ -113,6 +113,14 @@ def _connect(stack: Any) -> Any:
     return client.responses.connect()
 
 
+def _after_remote_compaction(conn: Any) -> SocketAgent:
+    """An agent that applied the migration and compacted server-side."""
+    agent = SocketAgent(conn)
+    agent.work(story.TASK)
+    agent.compact_remotely()
+    return agent
+
+
 def _frames(fake: FakeUpstream) -> list[Any]:
     return [r for r in fake.requests if r.method == "WS"]
 
@@ -158,9 +166,7 @@ def test_a_warmup_frame_and_an_unknown_previous_response_pass_untouched(ws_gate:
 
 def test_remote_compaction_is_gated_and_the_next_frame_gets_the_bindings_back(ws_gate: GateStack) -> None:
     with _connect(ws_gate) as conn:
-        agent = SocketAgent(conn)
-        agent.work(story.TASK)
-        agent.compact_remotely()
+        agent = _after_remote_compaction(conn)
         trigger = _frames(ws_gate.fake)[-1]
         # the contract went upstream in the compaction request, before the trigger item
         assert trigger.json["input"][-1] == {"type": "compaction_trigger"}
@@ -182,9 +188,7 @@ def test_strict_refusal_is_an_error_event_and_the_socket_stays_usable() -> None:
     stack = GateStack("strict", remote_responder)
     try:
         with _connect(stack) as conn:
-            agent = SocketAgent(conn)
-            agent.work(story.TASK)
-            agent.compact_remotely()
+            agent = _after_remote_compaction(conn)
             before = len(_frames(stack.fake))
             _, last = agent.create([_user(story.ROLLBACK_ASK)])
             assert last.type == "error" and last.status == 400
@@ -216,9 +220,7 @@ def test_tripwire_blocks_on_the_socket_and_upstream_gets_the_history_the_client_
     stack = GateStack("default", inventing_responder)
     try:
         with _connect(stack) as conn:
-            agent = SocketAgent(conn)
-            agent.work(story.TASK)
-            agent.compact_remotely()
+            agent = _after_remote_compaction(conn)
             _, last = agent.create([_user(story.ROLLBACK_ASK)])
             assert last.type == "response.completed" and agent.calls(last) == []
             text = last.response.output_text
