@@ -309,6 +309,26 @@ def _gaps(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> lis
     return gaps
 
 
+def _content_key(m: Message) -> tuple[str, str]:
+    return m.role, " ".join(m.text.split())
+
+
+def _only_moved(
+    old_msgs: Sequence[Message], new_msgs: Sequence[Message], lost_idx: set[int], agent: str | None
+) -> str | None:
+    """A reason when no content was lost at all: every old message that is gone from its
+    place (or changed) is still in the request with the same role and the same text up to
+    whitespace — messages re-ordered or re-spaced, as aider does with its setup messages
+    and its system reminder every turn. Not a compaction (``None`` otherwise, and whenever
+    an agent's compaction marker was seen)."""
+    if not lost_idx or agent is not None:
+        return None
+    present = {_content_key(m) for m in new_msgs}
+    if all(_content_key(old_msgs[i]) in present for i in lost_idx if 0 <= i < len(old_msgs)):
+        return "request extends the history (messages re-ordered or re-spaced; no content lost)"
+    return None
+
+
 def _classify_general(
     before: Snapshot, after: Snapshot, markers: Markers, p: int, system_changed: bool
 ) -> Transition:
@@ -446,6 +466,9 @@ def _classify_general(
     if not components:
         components.add("append")
     kind = next(k for k in KIND_PRIORITY if k in components)
+    moved = _only_moved(old_msgs, new_msgs, set(lost) | {c.old_index for c in changed}, agent)
+    if kind != "reset" and moved is not None:
+        return _append(len(old_msgs), len(new_msgs), p, system_changed, moved)
     if kind == "reset":
         agent = evidence = None
     return Transition(

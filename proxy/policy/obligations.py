@@ -21,6 +21,7 @@ from ..core.diff import SourceRef
 from ..core.identifiers.model import Identifier
 from ..core.messages import Snapshot
 from ..core.signals import Obligation as CoreObligation
+from ..core.signals import opens_obligation
 from .model import Policy
 
 
@@ -65,7 +66,7 @@ class PolicyObligations:
         if p.obligation_default == "non_regenerable":
             groups: dict[tuple[int, str | None], list[Identifier]] = {}
             for i in ids:
-                if i.source.origin == "tool_result" and not self.regenerable(i):
+                if opens_obligation(i, before) and not self.regenerable(i):
                     groups.setdefault((i.source.message_index, i.source.tool_call_id), []).append(i)
             for (_, _), grp in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
                 out.append(
