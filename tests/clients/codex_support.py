@@ -17,33 +17,28 @@ summary that drops the revision) with a custom provider, remotely (a
 built-in provider.
 
 Where the binary comes from: ``CG_CODEX_BIN``, else ``/opt/cg-clients/npm`` (what
-``.ci/run`` installs), else ``codex`` on ``PATH``.
+``.ci/run`` installs), else ``codex`` on ``PATH``. The sandbox, the stand-in ``alembic``
+and the story's revisions are the shared ones of :mod:`tests.clients.support` and
+:mod:`tests.clients.story`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.clients.story import INVENTED, NEW_HEAD, ROLLBACK_TARGET
+from tests.clients.support import CLIENTS_ROOT, Workspace, find_binary, run
 from tests.support.fake_upstream import Call, Reply, ToolCall, Usage
 
 #: What ``.ci/run`` installs (keep in step with it).
 CODEX_VERSION = "0.171.0"
-CI_BIN = Path("/opt/cg-clients/npm/node_modules/.bin/codex")
-SKIP_REASON = (
-    "Codex CLI binary not found (set CG_CODEX_BIN, or install it as .ci/run does: "
-    f"npm install --prefix /opt/cg-clients/npm @openai/codex@{CODEX_VERSION})"
-)
+INSTALL = f"npm install --prefix {CLIENTS_ROOT}/npm @openai/codex@{CODEX_VERSION}"
 
-REV_BEFORE = "1a2b3c4d5e6f"  # the rollback target: the head before the upgrade
-REV_AFTER = "4f9a2c1e7b3d"
-INVENTED = "9f8e7d6c5b4a"
+REV_BEFORE, REV_AFTER = ROLLBACK_TARGET, NEW_HEAD
 APPLY = "Apply the pending database migration."
 ROLLBACK = "The deploy failed. Roll the migration back to where it was."
 LOSSY_SUMMARY = (
@@ -56,23 +51,13 @@ BIG = Usage(input_tokens=49_990, output_tokens=10)
 SMALL = Usage(input_tokens=990, output_tokens=10)
 COMPACT_LIMIT = 3000
 
-FAKE_ALEMBIC = f"""#!/bin/sh
-echo "$*" >> "$ALEMBIC_LOG"
-case "$1" in
-  upgrade) echo "INFO  [alembic.runtime.migration] Running upgrade {REV_BEFORE} -> {REV_AFTER}, add orders table";;
-  downgrade) echo "INFO  [alembic.runtime.migration] Running downgrade {REV_AFTER} -> $2";;
-  *) echo "alembic: $*";;
-esac
-"""
+__all__ = ["APPLY", "INVENTED", "REV_AFTER", "REV_BEFORE", "ROLLBACK", "CodexRun", "CodexSession",
+           "codex_binary", "codex_model", "wire_summary"]
 
 
-def codex_bin() -> str | None:
-    env = os.environ.get("CG_CODEX_BIN")
-    if env:
-        return env if Path(env).exists() else None
-    if CI_BIN.exists():
-        return str(CI_BIN)
-    return shutil.which("codex")
+def codex_binary() -> str:
+    """The Codex CLI binary, or skip the test saying how ``.ci/run`` installs it."""
+    return find_binary("CG_CODEX_BIN", CLIENTS_ROOT / "npm/node_modules/.bin/codex", "codex", INSTALL)
 
 
 def _shell(cmd: str) -> Reply:
@@ -129,7 +114,7 @@ class CodexRun:
 
 @dataclass
 class CodexSession:
-    """One Codex thread in its own CODEX_HOME and working directory.
+    """One Codex thread in its own sandbox (``CODEX_HOME`` under its ``HOME``).
 
     ``transport``: ``http`` (a custom provider, ``wire_api = "responses"``: streamed
     ``POST /v1/responses``, local compaction), ``ws`` (the built-in provider through
@@ -140,21 +125,16 @@ class CodexSession:
     base_url: str
     transport: str
     binary: str
-    home: Path = field(init=False)
-    work: Path = field(init=False)
-    alembic_log: Path = field(init=False)
+    ws: Workspace = field(init=False)
 
     def __post_init__(self) -> None:
-        self.home, self.work = self.root / "codex-home", self.root / "work"
-        bin_dir = self.root / "bin"
-        for d in (self.home, self.work, bin_dir):
-            d.mkdir(parents=True, exist_ok=True)
-        alembic = bin_dir / "alembic"
-        alembic.write_text(FAKE_ALEMBIC)
-        alembic.chmod(0o755)
-        self.alembic_log = self.root / "alembic.log"
-        self.alembic_log.write_text("")
-        (self.home / "config.toml").write_text(self.config())
+        self.ws = Workspace.create(self.root)
+        self.codex_home.mkdir(parents=True, exist_ok=True)
+        (self.codex_home / "config.toml").write_text(self.config())
+
+    @property
+    def codex_home(self) -> Path:
+        return self.ws.home / ".codex"
 
     def config(self) -> str:
         common = [
@@ -173,37 +153,25 @@ class CodexSession:
         return "\n".join(provider) + "\n"
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k.upper() not in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "OPENAI_BASE_URL")}
-        env.update({
-            "CODEX_HOME": str(self.home),
-            "OPENAI_API_KEY": "sk-codex-conformance-test",
-            "HTTPS_PROXY": "http://127.0.0.1:9",  # offline: anything for the internet hits a dead port
-            "NO_PROXY": "127.0.0.1,localhost",
-            "PATH": f"{self.root / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-            "ALEMBIC_LOG": str(self.alembic_log),
-            "NO_COLOR": "1",
-            "RUST_LOG": "error",
-        })
-        return env
+        return self.ws.env(CODEX_HOME=str(self.codex_home), OPENAI_API_KEY="sk-codex-conformance-test",
+                           NO_COLOR="1", RUST_LOG="error")
 
-    def run(self, prompt: str, *, resume: bool = False, timeout: float = 240.0) -> CodexRun:
+    def run(self, prompt: str, *, resume: bool = False) -> CodexRun:
         args = [self.binary, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--json"]
         if resume:
             args += ["resume", "--last"]
         args.append(prompt)
-        p = subprocess.run(args, cwd=self.work, env=self.env(), stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=timeout)
+        r = run(args, self.ws, self.env())
         events = []
-        for line in p.stdout.splitlines():
+        for line in r.stdout.splitlines():
             line = line.strip()
             if line.startswith("{"):
                 with contextlib.suppress(ValueError):
                     events.append(json.loads(line))
-        return CodexRun(p.returncode, events, p.stderr)
+        return CodexRun(r.returncode, events, r.stderr)
 
     def alembic(self) -> list[str]:
-        return [ln for ln in self.alembic_log.read_text().splitlines() if ln]
+        return self.ws.alembic_calls()
 
 
 def wire_summary(requests: list[Any]) -> list[dict[str, Any]]:

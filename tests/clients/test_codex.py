@@ -25,30 +25,26 @@ from tests.clients.codex_support import (
     INVENTED,
     REV_BEFORE,
     ROLLBACK,
-    SKIP_REASON,
     CodexSession,
-    codex_bin,
+    codex_binary,
     codex_model,
     wire_summary,
 )
 from tests.e2e.stack import GateStack
-
-BINARY = codex_bin()
-pytestmark = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
 
 TRANSPORTS = ["http", "ws", "ws-local"]
 
 
 @pytest.fixture
 def gate(request: pytest.FixtureRequest) -> Iterator[GateStack]:
+    codex_binary()  # skip before starting anything when the binary is absent
     s = GateStack(request.param, codex_model)
     yield s
     s.close()
 
 
 def _session(stack: GateStack, tmp_path: Path, transport: str) -> CodexSession:
-    assert BINARY is not None
-    return CodexSession(tmp_path, stack.openai_base_url, transport, BINARY)
+    return CodexSession(tmp_path, stack.openai_base_url, transport, codex_binary())
 
 
 def _kinds(stack: GateStack) -> list[tuple[str, str]]:
