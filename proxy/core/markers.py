@@ -25,8 +25,10 @@ from typing import Any
 
 import yaml
 
-#: Where a piece of text sits; matches :data:`proxy.core.messages.Role`.
-WHERES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+#: Where a piece of text sits: a message role (:data:`proxy.core.messages.Role`), the
+#: ``type`` of a Responses request's last input item (``item``), or a request header's
+#: value (``header``).
+WHERES: frozenset[str] = frozenset({"system", "user", "assistant", "tool", "item", "header"})
 
 _WS = re.compile(r"\s+")
 #: An XML-style tag with the (already collapsed) space around it.
@@ -90,6 +92,24 @@ class Markers:
             if any(m.matches(folded_text, where) for m in a.summarize_request):
                 return a.name
         return None
+
+    def item_agent(self, field: str, item_type: str) -> str | None:
+        """Agent whose ``field`` markers (``summarize_request`` or ``continuation``) name
+        this Responses input item type (``in: [item]``; the whole type, not a substring)."""
+        folded = fold(item_type)
+        for a in self.agents:
+            markers: tuple[Marker, ...] = getattr(a, field)
+            if any("item" in m.where and m.folded == folded for m in markers):
+                return a.name
+        return None
+
+    def item_types(self, field: str) -> frozenset[str]:
+        """Every item type a ``field`` marker names (folded)."""
+        return frozenset(m.folded for a in self.agents for m in getattr(a, field) if "item" in m.where)
+
+    def matches_headers(self) -> bool:
+        """Whether any summarization-request marker is about a request header."""
+        return any("header" in m.where for a in self.agents for m in a.summarize_request)
 
     def continuation_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose post-compaction marker is in the text."""

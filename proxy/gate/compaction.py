@@ -192,7 +192,7 @@ def respond_to_compaction(
         return "none"
     eff, current = req.effective, req.obs.current
     if analysis.transition.kind == "reset":
-        st.pending, st.armed = None, 0
+        st.pending, st.armed, st.tripwire_request = None, 0, None
     if analysis.destructive:
         bindings = _lost_bindings(req, analysis)
         action = eff.destructive
@@ -212,6 +212,7 @@ def respond_to_compaction(
         st.dropped_kinds = frozenset(sig.dropped_kinds)
         st.expected = dict(sig.expected_by_kind)
         st.known_norms = set(sig.known_norms)
+        st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
             st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part)
         known = {b.value for b in st.lost}

@@ -46,7 +46,9 @@ class Pending:
 @dataclass
 class ConversationState:
     """``armed``: responses still checked by the tripwire; ``dropped_kinds``,
-    ``expected`` and ``known_norms`` are its input (from the compaction's signals).
+    ``expected`` and ``known_norms`` are its input (from the compaction's signals);
+    ``tripwire_request`` the fingerprint of the request it last checked (a retry of it
+    is checked again without consuming ``armed``).
     ``lost``: required bindings destructive compactions dropped that the client has not
     sent back yet (sensitive ones only as their redacted form)."""
 
@@ -60,6 +62,7 @@ class ConversationState:
     #: later compactions wherever they now sit (in a summary, in the gate's own appended
     #: section), so a re-summary of a summary cannot drop them unnoticed
     protected: list[Binding] = field(default_factory=list)
+    tripwire_request: str | None = None
 
     def protect(self, bindings: Sequence[Binding]) -> None:
         have = {b.value for b in self.protected}
@@ -88,6 +91,7 @@ class ConversationState:
             "known_norms": sorted(self.known_norms)[-MAX_KNOWN_NORMS:] if self.armed > 0 else [],
             "lost": [_binding_dict(b) for b in self.lost],
             "protected": [_binding_dict(b) for b in self.protected],
+            "tripwire_request": self.tripwire_request,
         }
 
     @classmethod
@@ -110,6 +114,7 @@ class ConversationState:
             known_norms=set(d.get("known_norms") or ()),
             lost=[_binding_of(b) for b in d.get("lost") or ()],
             protected=[_binding_of(b) for b in d.get("protected") or ()],
+            tripwire_request=d.get("tripwire_request") if isinstance(d.get("tripwire_request"), str) else None,
         )
 
 

@@ -50,7 +50,7 @@ from .events import EventLog
 from .recording import DecisionRecorder
 from .request import GATED_KINDS, GateRequest
 from .spill import SpillStore
-from .summarization import gate_summary, history_for_side_request
+from .summarization import history_for_side_request, summarization_call
 from .taps import ChainTap
 from .tracker import Observation, Tracker
 from .tripwire import arm_tripwire
@@ -241,7 +241,7 @@ class GateInterceptor:
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)
         if obs.is_summarization_request:
-            decision = gate_summary(req, side_history, st)
+            decision = summarization_call(req, st, side_history)
             self._states.save(req.cid)
             return decision
         analysis = analyze_request(req, markers, st)

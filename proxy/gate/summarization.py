@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ..core.interventions.bindings import Binding
 from ..core.interventions.contract import add_summary_contract
+from ..core.interventions.placement import is_opaque_summary_request
 from ..core.messages import Snapshot
 from ..server.hooks import Decision
 from .convstate import ConversationState
@@ -93,7 +95,11 @@ def lost_bindings_to_restore(req: GateRequest, st: ConversationState | None, hav
 
 def gate_summary(req: GateRequest, side_history: Snapshot | None = None, st: ConversationState | None = None) -> Decision:
     """The decision for a summarization call (see the module docstring). ``st``: the
-    conversation's gate state; the bindings it lost are contracted too."""
+    conversation's gate state; the bindings it lost are contracted too.
+
+    A server-side compaction (the input ends with a ``compaction_trigger`` item) returns
+    an encrypted summary: the contract is added all the same, but nothing can check or
+    patch the result, so no summary tap is installed."""
     policy = req.policy
     if not req.effective.gate:
         return Decision()
@@ -106,6 +112,7 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, st: Con
     bindings += restore
     if st is not None:
         st.protect(bindings)
+    opaque = req.api == "responses" and is_opaque_summary_request(req.body)
     if not bindings:
         req.record("summarization", "none", message="summarization call with no required binding")
         return Decision()
@@ -132,7 +139,16 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, st: Con
             message=message,
         )
 
-    tap = GateTap(req.api, summary_bindings=bindings, append_missing=policy.gate_append_missing, on_summary=on_summary)
+    tap = None if opaque else GateTap(
+        req.api, summary_bindings=bindings, append_missing=policy.gate_append_missing, on_summary=on_summary
+    )
+    if opaque:
+        action = "gate" if policy.gate_contract else "warn"
+    message = f"summarization call: {len(bindings)} binding(s) must survive verbatim" + (
+        f" ({len(restore)} lost by an earlier compaction)" if restore else ""
+    )
+    if opaque:
+        message += "; server-side compaction: its summary is encrypted and cannot be checked"
     req.record(
         "summarization",
         action,
@@ -140,8 +156,31 @@ def gate_summary(req: GateRequest, side_history: Snapshot | None = None, st: Con
         contract=[b.value for b in listed] if policy.gate_contract else [],
         required=[b.value for b in bindings],
         restore=[b.value for b in restore],
-        message=f"summarization call: {len(bindings)} binding(s) must survive verbatim"
-        + (f" ({len(restore)} lost by an earlier compaction)" if restore else ""),
+        opaque=opaque,
+        message=message,
     )
     out = json.dumps(new_body, ensure_ascii=False).encode() if new_body is not None else None
     return Decision(action=action, body=out, tap=tap)
+
+
+def summarization_call(req: GateRequest, st: ConversationState, side_history: Snapshot | None = None) -> Decision:
+    """A summarization call of a conversation the gate may still answer for.
+
+    The bindings an earlier destructive compaction lost (the conversation's pending
+    repair) go into this call's contract, so a re-compaction can put them back (a local
+    summary is then checked and completed like any other). When this call is a
+    server-side compaction, the gate can hand the bindings over but never see whether
+    they were kept: a pending refusal then becomes a plain-text re-statement of those
+    bindings on the requests that follow (:func:`proxy.gate.compaction.repair`), which the
+    refusal announced."""
+    pending = st.pending
+    decision = gate_summary(req, side_history, st)
+    if (
+        pending is not None
+        and pending.action == "reject"
+        and decision.action == "gate"
+        and req.api == "responses"
+        and is_opaque_summary_request(req.body)
+    ):
+        st.pending = replace(pending, action="reinject", anchor_digest=None)
+    return decision

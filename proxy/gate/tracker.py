@@ -348,7 +348,7 @@ class Tracker:
         snap = norm.snapshot
         model = ex.model or snap.model
         self._ensure_warm(model)
-        agent = self.hints.summarization_agent(snap)
+        agent = self.hints.summarization_agent(snap) or self.hints.request_agent(ex.headers, body)
         lines = self.lines.probe(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
         if lines:
             self.settle_all()  # line matching sees every recorded request's lines
@@ -359,7 +359,7 @@ class Tracker:
             agent is not None,
             lines,
             explicit is not None,
-            self.hints.continuation_agent(snap) is not None,
+            self.hints.continuation_agent(snap) is not None or self.hints.continued_by_item(body) is not None,
             norm.reused_from,
             norm.reused,
         )

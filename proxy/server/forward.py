@@ -21,9 +21,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proxy.config import ProxyConfig, Upstream
+from proxy.config import Upstream
 from proxy.core.jsonbody import BodyCache
 from proxy.metrics import METRICS_KEY
+from proxy.server.decide import decide
 from proxy.server.deferred import AfterSend, merge
 from proxy.server.errors import ProxyError
 from proxy.server.headers import (
@@ -32,7 +33,7 @@ from proxy.server.headers import (
     tenant_of,
     upstream_headers,
 )
-from proxy.server.hooks import Decision, DialectName, Exchange, Interceptor, Reject
+from proxy.server.hooks import Decision, DialectName, Exchange, Reject
 from proxy.server.record import (
     UNKNOWN_CONVERSATION,
     RequestRecord,
@@ -157,7 +158,7 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
     )
     rec.stream, rec.model = exchange.stream, exchange.model
 
-    decision, failure = await _decide(app[INTERCEPTOR_KEY], exchange, config, secret, rec)
+    decision, failure = await decide(app[INTERCEPTOR_KEY], exchange, config, secret, rec)
     if failure is not None:
         return respond_error(rec, route.dialect, failure)
     assert decision is not None
@@ -218,39 +219,6 @@ def _model_of(parsed: Any) -> str | None:
         if isinstance(model, str):
             return model
     return None
-
-
-async def _decide(
-    interceptor: Interceptor,
-    exchange: Exchange,
-    config: ProxyConfig,
-    secret: str | None,
-    rec: RequestRecord,
-) -> tuple[Decision | None, ProxyError | None]:
-    """Run the interceptor; fail open (or closed, per config) on any exception."""
-    try:
-        decision = await interceptor.before(exchange)
-        if not isinstance(decision, Decision):
-            raise TypeError(f"interceptor returned {type(decision).__name__}, not Decision")
-        if decision.body is not None and not isinstance(decision.body, bytes):
-            raise TypeError("Decision.body must be bytes or None")
-        if decision.after_send is not None and decision.tap is not None:
-            raise TypeError("a Decision with after_send must not carry a tap of its own")
-        return decision, None
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the gate must never lose a request
-        log_gate_failure("interceptor", exc, secret, rec)
-        rec.error = "gate_error"
-        if config.gate.fail_open:
-            return Decision(action="none"), None
-        rec.action = "error"
-        return None, ProxyError(
-            502,
-            "compaction-gate could not process this request (gate.fail_open is false); "
-            "see the proxy log for request " + rec.request_id,
-            code="gate_error",
-        )
 
 
 def _reject(

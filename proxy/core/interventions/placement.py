@@ -240,14 +240,27 @@ def insert_note(
     raise PlacementError(f"cannot place a note in dialect {dialect!r}")
 
 
+#: Responses input items that ask the server to compact everything before them (the
+#: answer is an encrypted ``compaction`` item no proxy can read).
+OPAQUE_TRIGGERS = frozenset({"compaction_trigger"})
+
+
+def is_opaque_summary_request(body: Mapping[str, Any]) -> bool:
+    """Whether a Responses body asks for a server-side compaction (its input ends with a
+    trigger item): the summary it gets back is encrypted."""
+    raw = body.get("input")
+    return isinstance(raw, list) and bool(raw) and _item_type(raw[-1]) in OPAQUE_TRIGGERS
+
+
 def append_to_last_user(dialect: NoteDialect, body: Mapping[str, Any], text: str) -> dict[str, Any]:
     """Return a copy of ``body`` whose final user turn ends with ``text`` (used for the
     summarization contract: it belongs next to the summarize instruction).
 
     If the last message is a user message its content gets the text appended (string
     content is extended, list content gets a text block); otherwise a new user message is
-    appended (OpenAI) or the text is merged into the last user message (Anthropic, where
-    a trailing assistant message is a prefill that must stay last)."""
+    appended (OpenAI; before a trailing compaction trigger item, which must stay last) or
+    the text is merged into the last user message (Anthropic, where a trailing assistant
+    message is a prefill that must stay last)."""
     out = dict(body)
     key = "input" if dialect == "openai_responses" else "messages"
     raw = out.get(key)
@@ -274,7 +287,10 @@ def append_to_last_user(dialect: NoteDialect, body: Mapping[str, Any], text: str
             msg["content"] = _blocks(msg.get("content")) + [{"type": "text", "text": text}]
             items[idx] = msg
     elif dialect == "openai_responses":
-        items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        note = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        # a server-side compaction request must keep its trigger item last
+        at = len(items) - 1 if isinstance(last, Mapping) and _item_type(last) in OPAQUE_TRIGGERS else len(items)
+        items.insert(at, note)
     else:
         items.append({"role": "user", "content": text})
     out[key] = items
