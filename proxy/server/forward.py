@@ -12,9 +12,7 @@ the tap sees plain JSON / SSE.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import secrets
 import time
 from typing import Any
 
@@ -33,16 +31,19 @@ from proxy.server.headers import (
     upstream_headers,
 )
 from proxy.server.hooks import Decision, DialectName, Exchange, Interceptor, Reject
+from proxy.server.inflight import INFLIGHT_KEY
 from proxy.server.record import (
     UNKNOWN_CONVERSATION,
     RequestRecord,
     close_tap,
     log_gate_failure,
+    new_request_id,
     respond_error,
+    shutdown_error,
     upstream_failure,
 )
 from proxy.server.relay import relay
-from proxy.server.routes import Route, classify
+from proxy.server.routes import Route, classify, route_template
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
 from proxy.server.websocket import is_websocket, relay_websocket
@@ -55,10 +56,6 @@ __all__ = ["BODY_CACHE", "proxy_handler"]
 #: from the event loop.
 BODY_CACHE = BodyCache()
 
-#: Request ids: a random per-process prefix and a counter (unique like a uuid4's hex, 32
-#: hex digits, without a system call per request).
-_ID_PREFIX = secrets.token_hex(10)
-_ID_COUNTER = itertools.count(1)
 _JSON_MIME_SUFFIX = "+json"
 
 
@@ -84,19 +81,31 @@ async def _read_body(request: web.Request, limit: int) -> bytes | None:
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
     """Handle one ``/v1/...`` request end to end (see module docstring)."""
-    rec = RequestRecord(
-        request_id=f"{_ID_PREFIX}{next(_ID_COUNTER):012x}", method=request.method, route=request.path
-    )
+    rec = RequestRecord(request_id=new_request_id(), method=request.method, route=route_template(request.path))
+    inflight = request.app.get(INFLIGHT_KEY)
+    rec.slot = inflight.enter() if inflight is not None else None
     try:
         return await _handle(request, rec)
     except asyncio.CancelledError:
+        if rec.slot is not None and rec.slot.cut and rec.upstream_status is None and _uncancel():
+            # the shutdown grace period is over and nothing was sent yet
+            return respond_error(rec, rec.dialect, shutdown_error())  # type: ignore[arg-type]
         rec.error = rec.error or "client_disconnected"
         rec.status = rec.status or 499
         raise
     finally:
+        if inflight is not None and rec.slot is not None:
+            inflight.leave(rec.slot)
         # The access line and the metrics once the response is on its way: aiohttp
         # writes a returned response in this same loop step, before this callback runs.
         asyncio.get_running_loop().call_soon(_after_response, request.app, rec)
+
+
+def _uncancel() -> bool:
+    """Withdraw the cancellation of the current task (the shutdown's, which this task
+    answers itself); False if someone else cancelled it too."""
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
 
 
 def _after_response(app: web.Application, rec: RequestRecord) -> None:
@@ -313,6 +322,8 @@ async def _forward(
         rec.error = err.code
         return respond_error(rec, route.dialect, err, decision)
     rec.upstream_wait += time.perf_counter() - sent_at
+    if rec.slot is not None:
+        rec.slot.upstream = upstream_resp
 
     try:
         decision = await _completed(decision, deferred, rec, secret)
