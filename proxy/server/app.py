@@ -32,7 +32,13 @@ from proxy.server.record import (
     new_request_id,
     respond_error,
 )
-from proxy.server.routes import classify, detect_dialect, has_dot_segment, route_template
+from proxy.server.routes import (
+    classify,
+    detect_dialect,
+    dialect_of_path,
+    has_dot_segment,
+    route_template,
+)
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 
 __all__ = ["create_app", "make_session"]
@@ -92,7 +98,8 @@ async def healthz(request: web.Request) -> web.Response:
 def _gate_error(request: web.Request, err: ProxyError) -> web.Response:
     """An error of the proxy's own, before any handler: in the dialect the path or the
     headers say, with the headers every proxied response carries."""
-    resp = error_response(classify(request.method, request.path, request.headers).dialect, err)
+    dialect = dialect_of_path(request.raw_path) or classify(request.method, request.path, request.headers).dialect
+    resp = error_response(dialect, err)
     resp.headers[H_CONVERSATION] = UNKNOWN_CONVERSATION
     resp.headers[H_ACTION] = "none"
     return resp

@@ -35,6 +35,8 @@ from proxy.server.routes import classify, dialect_of_path, route_template
 
 __all__ = ["HEAD_BYTES", "GateAppRunner", "GateRequestHandler", "parser_error"]
 
+#: aiohttp's default longest request line / header line.
+_MAX_LINE = 8190
 #: Bytes of a message head kept to infer the dialect of a request the parser refused.
 HEAD_BYTES = 16384
 
@@ -71,13 +73,20 @@ def parser_error(exc: BaseException | None, head: bytes) -> ProxyError:
     """The error answering a message the HTTP parser refused with ``exc``."""
     reason = _reason(exc)
     if isinstance(exc, http_exceptions.LineTooLong):
-        if b"\n" not in head[:HEAD_BYTES]:
+        end = head.find(b"\n")
+        if end == -1 or end > _MAX_LINE:
             return ProxyError(414, "The request line (URL) is too long for this proxy.", code="uri_too_long")
         return ProxyError(
             431, "A request header line is too long for this proxy.", code="request_header_fields_too_large"
         )
     if reason.lower().startswith("too many headers"):
         return ProxyError(431, "The request has too many header lines.", code="request_header_fields_too_large")
+    if isinstance(exc, http_exceptions.ContentEncodingError):
+        return ProxyError(
+            415,
+            "Unsupported request Content-Encoding: this proxy decodes gzip, deflate and br.",
+            code="unsupported_content_encoding",
+        )
     if isinstance(exc, http_exceptions.BadHttpMethod):
         return ProxyError(400, f"Malformed HTTP request line{': ' + reason if reason else ''}.", code="bad_request")
     detail = f": {reason}" if reason else ""
