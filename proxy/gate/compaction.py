@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.analysis import Analysis, analyze
-from ..core.identifiers.model import redact
 from ..core.interventions.bindings import Binding
 from ..core.interventions.placement import raw_index
 from ..core.interventions.reinject import reinject
@@ -28,7 +27,7 @@ from ..core.messages import Snapshot
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
-from .identifiers import extract, lost_binding
+from .identifiers import lost_binding
 from .request import GateRequest
 from .spill import ANONYMOUS, SpillStore
 
@@ -86,15 +85,14 @@ def spill_lost_region(
 ) -> str | None:
     """Store the region the compaction removed under a tenant-scoped handle and return the
     note that points the model at it; ``None`` for an anonymous tenant (nobody could read
-    it back). Secrets of the region are redacted before storing, even for their tenant."""
+    it back). The store redacts every secret of the region with the gate's own detectors
+    (the policy's catalog) before storing, even for their tenant: a spill never holds a
+    secret (a required one makes the action ``reject`` instead, see
+    :func:`respond_to_compaction`)."""
     ex, prev, policy = req.ex, req.obs.previous, req.policy
     if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
         return None
-    lost_idx = set(analysis.lost_region)
     text = render_region([prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)])
-    secrets_ = {i.value for i in extract(prev, req.catalog) if i.sensitive and i.source.message_index in lost_idx}
-    for value in sorted(secrets_, key=len, reverse=True):
-        text = text.replace(value, redact(value))
     rec = target.store.put(
         ex.tenant,
         req.cid,
@@ -102,6 +100,7 @@ def spill_lost_region(
         ttl_seconds=policy.spill_ttl_seconds,
         max_bytes=policy.spill_max_bytes,
         bindings=tuple({"value": b.display().strip("`"), "kind": b.kind} for b in bindings),
+        catalog=req.catalog,
     )
     listed = bindings if policy.spill_list_bindings else ()
     return spill_note(rec.handle, listed, url_path=target.path + rec.handle)
@@ -139,6 +138,10 @@ def respond_to_compaction(
             current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
         )
         footer = None
+        if action == "spill" and any(b.sensitive for b in bindings):
+            # a spill never holds a secret (its store redacts them): a required secret
+            # would be lost silently, so the compaction is refused instead
+            action = "reject"
         if action == "spill":
             footer = spill_lost_region(req, analysis, bindings, spill)
             if footer is None:  # anonymous tenant: nobody could read it back
@@ -189,8 +192,8 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
         return Repair(action)
     current, policy = req.obs.current, req.policy
     visible = current.visible_text()
-    still = [b for b in p.bindings if b.sensitive or b.value not in visible]
-    if not [b for b in still if not b.sensitive]:
+    still = [b for b in p.bindings if b.value not in visible]
+    if not [b for b in still if not b.sensitive] and not (p.action == "reject" and still):
         st.pending = None
         return Repair(action)
     if p.action == "reject":

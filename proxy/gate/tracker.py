@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import json
 import logging
 import secrets
@@ -57,6 +58,7 @@ from proxy.core.lineage import (
 )
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
+from proxy.core.redaction import has_secret
 from proxy.core.responses import Reply
 from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.identity import ExplicitId, explicit_id
@@ -550,6 +552,10 @@ class Tracker:
                 if cid not in self._recs:
                     return cid
         base = explicit.value
+        if has_secret(base):
+            # a session header carrying something secret-shaped: the conversation id is
+            # shown in headers, logs and the dashboard, so it is derived, not the value
+            base = "sid_" + hashlib.sha256(base.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         if base not in self._recs:
             return base
         k = 2
