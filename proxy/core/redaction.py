@@ -6,7 +6,8 @@ treats as a secret — and only that — is replaced before text is written anyw
 outlives the request: the state store, the spill store, logs. Capability handles (lock
 tokens, lease ids, upload ids) are bindings, not credentials: the catalog decides.
 
-Cost: a first pass runs only the sensitive rules (their literal gates skip almost every
+Cost: a long text is scanned in overlapping windows (bounded pieces of work); a first
+pass runs only the sensitive rules (their literal gates skip almost every
 text at C speed); only a text in which one of them matches is scanned with the whole
 catalog, so that overlap resolution is exactly the gate's (a higher-priority binding
 that contains a secret-looking token stays a binding; a locator holding a secret is
@@ -39,14 +40,31 @@ def sensitive_only(catalog: Catalog | None = None) -> Catalog:
     return _sensitive_only(catalog or Catalog.load_default())
 
 
-def _spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
-    """Sensitive spans ``(start, end, kind, value)`` of ``text``, outermost first."""
+#: Texts longer than this are scanned in windows of this many characters, overlapping
+#: by :data:`OVERLAP` (more than the longest secret a detector matches, a PEM private
+#: key): each scan is a bounded piece of work, so a thread redacting megabytes lets the
+#: event loop run between pieces.
+WINDOW = 1 << 18
+OVERLAP = 1 << 15
+
+
+def _window_spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
     if not text or not scan_text(text, sensitive_only(catalog)):
         return []
-    found = sorted(
-        ((m.start, m.end, m.kind, m.value) for m in scan_text(text, catalog) if m.sensitive),
-        key=lambda s: (s[0], -s[1]),
-    )
+    return [(m.start, m.end, m.kind, m.value) for m in scan_text(text, catalog) if m.sensitive]
+
+
+def _spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
+    """Sensitive spans ``(start, end, kind, value)`` of ``text``, outermost first."""
+    if len(text) <= WINDOW:
+        found = _window_spans(text, catalog)
+    else:
+        found = []
+        for at in range(0, len(text), WINDOW - OVERLAP):
+            found += [(s + at, e + at, k, v) for s, e, k, v in _window_spans(text[at : at + WINDOW], catalog)]
+            if at + WINDOW >= len(text):
+                break
+    found.sort(key=lambda s: (s[0], -s[1]))
     out: list[tuple[int, int, str, str]] = []
     for span in found:
         if out and span[0] < out[-1][1]:

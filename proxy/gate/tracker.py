@@ -447,6 +447,10 @@ class Tracker:
         pending = PendingCount(
             entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
         )
+        if self.accounting.needs_precount(new_msgs):
+            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
+            # the event loop; a settle that comes first estimates them (and says so)
+            _in_daemon_thread(self.accounting.precount, model, new_msgs)
         if defer:
             self._pending[cid] = pending
         else:
@@ -502,6 +506,9 @@ class Tracker:
                 entry.usage = reply.usage.as_dict() if reply.usage else None
                 entry.reply_messages = len(msgs)
                 entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
+                if entry.reply_estimated:
+                    _in_daemon_thread(self.accounting.precount, obs.model, msgs)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self.store.put_timeline(rec.id, entry)
@@ -607,6 +614,7 @@ class Tracker:
         tokens = cum[-1] + self.accounting.framing_tokens(p.model, p.snapshot, p.system_hash, p.tools_hash)
         entry = p.entry
         entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
+        entry.estimated = self.accounting.any_estimated(p.model, p.snapshot.messages)
         entry.share = share_of(tokens, info.window)
         if entry.relation != "side_request" and rec.seq == entry.seq:
             rec.tokens, rec.window, rec.exact = tokens, info.window, info.exact

@@ -68,6 +68,10 @@ class TimelineEntry:
     reply_tokens: int | None = None
     reply_digests: list[str] = field(default_factory=list)
     status: str = "pending"
+    #: ``tokens`` / ``reply_tokens`` include estimates: a text too long to tokenise whole
+    #: on the event loop that was not counted beforehand (see :mod:`proxy.accounting`)
+    estimated: bool = False
+    reply_estimated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Shallow field dict (``dataclasses.asdict`` deep-copies: too slow per request)."""

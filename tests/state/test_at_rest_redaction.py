@@ -78,3 +78,15 @@ def test_messages_without_secrets_are_stored_as_they_are() -> None:
     msg = make_message("user", (Part("text", f"release the lock {HANDLE} at rev 4b1e9c2d7a30"),))
     back = message_from_json(message_to_json(msg))
     assert back == msg and back.digest == msg.digest
+
+
+def test_long_texts_are_redacted_across_window_boundaries() -> None:
+    from proxy.core import redaction
+
+    filler = "x " * (redaction.WINDOW // 2)
+    # a secret straddling the first window's end, and one far into the text
+    cut = redaction.WINDOW - 10
+    text = filler[:cut] + " " + SECRETS[0] + " " + filler + " " + SECRETS[1] + " end"
+    out = redact_secrets(text)
+    assert SECRETS[0] not in out and SECRETS[1] not in out
+    assert out.count("[redacted:") == 2 and out.endswith(" end")
