@@ -86,8 +86,10 @@ def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstrea
         config = ProxyConfig(
             server=ServerSettings(port=0, max_body_bytes=1 << 30),
             upstreams=(
-                Upstream(name="big", base_url=big_upstream + "/v1", dialect="openai", models=(BIG_MODEL,)),
+                # the probes' upstream first: an openai-dialect request without a model
+                # pattern of its own goes to the first openai upstream listed
                 Upstream(name="openai", base_url=small_upstream + "/v1", dialect="openai"),
+                Upstream(name="big", base_url=big_upstream + "/v1", dialect="openai", models=(BIG_MODEL,)),
             ),
             state=StateSettings(path=str(Path(state_dir) / "stall.sqlite3")),
         )
@@ -148,10 +150,12 @@ async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> 
     return hz, time.perf_counter() - t
 
 
-async def _probes(url: str, seconds: float, interval: float) -> tuple[list[float], list[float]]:
-    """Probe latencies (healthz, small request) over ``seconds``."""
+async def _probes(url: str, seconds: float, interval: float, direct: str) -> tuple[list[float], list[float], list[float]]:
+    """Probe latencies (healthz, small request; and the small request sent straight to
+    its fake upstream, the harness's own share) over ``seconds``."""
     hz: list[float] = []
     sm: list[float] = []
+    dr: list[float] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
         deadline = time.perf_counter() + seconds
         i = 0
@@ -161,18 +165,23 @@ async def _probes(url: str, seconds: float, interval: float) -> tuple[list[float
             h, m = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
             hz.append(h)
             sm.append(m)
+            t = time.perf_counter()
+            async with s.post(direct + "/v1/chat/completions", data=small,
+                              headers={"content-type": "application/json"}) as r:
+                await r.read()
+            dr.append(time.perf_counter() - t)
             i += 1
             await asyncio.sleep(interval)
-    return hz, sm
+    return hz, sm, dr
 
 
-def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None
-           ) -> tuple[list[float], list[float], int]:
+def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None, direct: str
+           ) -> tuple[list[float], list[float], list[float], int]:
     """Probe latencies with ``big`` large requests kept in flight (0: quiet); returns the
     two lists and how many large requests completed meanwhile."""
     if not big:
-        hz, sm = asyncio.run(_probes(url, seconds, interval))
-        return hz, sm, 0
+        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        return hz, sm, dr, 0
     ready = mp.Event()
     done: Any = mp.Value("i", 0)
     p = mp.Process(target=_pump_process, args=(url, big, mb, cpus, ready, done), daemon=True)
@@ -181,8 +190,8 @@ def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: s
         ready.wait(120)
         time.sleep(1.5)  # the large requests are under way
         before = done.value
-        hz, sm = asyncio.run(_probes(url, seconds, interval))
-        return hz, sm, done.value - before
+        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        return hz, sm, dr, done.value - before
     finally:
         p.terminate()
         p.join(timeout=10)
@@ -222,17 +231,19 @@ def main(argv: list[str] | None = None) -> int:
         url = q.get(timeout=120)
         rows: list[dict[str, float]] = []
         for r in range(args.rounds):
-            quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness)
-            loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness)
+            quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0])
+            loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0])
             row = {
                 "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
                 "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
                 "loaded_healthz_p50": pct(loaded[0], 50), "loaded_healthz_p99": pct(loaded[0], 99),
                 "loaded_small_p50": pct(loaded[1], 50), "loaded_small_p99": pct(loaded[1], 99),
-                "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[2],
+                "quiet_direct_p50": pct(quiet[2], 50), "quiet_direct_p99": pct(quiet[2], 99),
+                "loaded_direct_p50": pct(loaded[2], 50), "loaded_direct_p99": pct(loaded[2], 99),
+                "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[3],
             }
             rows.append(row)
-            print(f"round {r + 1}: {len(loaded[0])} probes under load, {loaded[2]} large requests completed; "
+            print(f"round {r + 1}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed; "
                   f"healthz p99 {row['quiet_healthz_p99'] * 1e3:.1f} -> {row['loaded_healthz_p99'] * 1e3:.1f} ms, "
                   f"small p99 {row['quiet_small_p99'] * 1e3:.1f} -> {row['loaded_small_p99'] * 1e3:.1f} ms",
                   flush=True)
@@ -243,13 +254,14 @@ def main(argv: list[str] | None = None) -> int:
               f"medians of {args.rounds} rounds")
         print(f"{'probe':10} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} {'p99 ratio':>10}")
         ratios = {}
-        for probe in ("healthz", "small"):
+        for probe in ("healthz", "small", "direct"):
             q50, q99 = med[f"quiet_{probe}_p50"], med[f"quiet_{probe}_p99"]
             l50, l99 = med[f"loaded_{probe}_p50"], med[f"loaded_{probe}_p99"]
             ratios[probe] = l99 / q99 if q99 else float("inf")
             print(f"{probe:10} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms {l99 * 1e3:10.1f}ms "
                   f"{ratios[probe]:9.2f}x")
-        print("ratio = loaded p99 / quiet p99 (goal <= 2x)")
+        print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
+              "fake upstream, not through the proxy: what the loaded harness itself adds")
         if args.json:
             print(json.dumps({"rounds": rows, "median": med, "ratios": ratios}, indent=2))
     finally:

@@ -73,8 +73,9 @@ _SHORT_MAX = 20_000
 #: Longest text tokenised whole on the event loop (characters); longer ones are estimated
 #: there unless counted beforehand in a thread (:meth:`TokenAccounting.precount`).
 LOOP_EXACT_CHARS = 8 * 1024
-#: Longest text tokenised whole at all (characters); longer ones are always estimated.
-MAX_EXACT_CHARS = 4 * 1024 * 1024
+#: Longest text tokenised whole at all (characters); longer ones are always estimated
+#: (a 4 MB unbroken run would cost seconds of CPU: tiktoken is superlinear in a run).
+MAX_EXACT_CHARS = 256 * 1024
 
 _OPENAI_PREFIXES = (
     "gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding", "text-davinci", "davinci", "babbage",
@@ -188,6 +189,12 @@ def _window_from_litellm(litellm: Any, model: str) -> int | None:
         return int(v) if v else None
     except Exception:
         return None
+
+
+def _lower_thread_priority() -> None:
+    """Nice the calling thread (Linux: threads have their own nice value)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 class TokenAccounting:
@@ -371,7 +378,9 @@ class TokenAccounting:
 
     def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
         """Count the messages with a text too long for the event loop, exactly up to
-        :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread."""
+        :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread (it lowers
+        its own thread's CPU priority, so the event loop's thread comes first)."""
+        _lower_thread_priority()
         for m in msgs:
             if any(len(p.text) > LOOP_EXACT_CHARS for p in m.parts):
                 self.count_message(model, m, limit=MAX_EXACT_CHARS)
