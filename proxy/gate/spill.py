@@ -43,6 +43,7 @@ from aiohttp import web
 
 from ..core.identifiers.catalog import Catalog
 from ..core.redaction import redact_secrets
+from ..server.errors import gate_error
 from ..server.headers import credential, tenant_of
 
 ANONYMOUS = "anonymous"
@@ -231,7 +232,7 @@ SPILL_STORE_KEY: web.AppKey[SpillStore] = web.AppKey("compaction_gate.spill_stor
 
 
 def _not_found() -> web.Response:
-    return web.json_response({"error": {"message": "no such spill handle", "type": "not_found"}}, status=404)
+    return gate_error(404, "no such spill handle", "not_found")
 
 
 async def get_spill(request: web.Request) -> web.Response:

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from proxy.server.hooks import DialectName
 
-__all__ = ["H_ERROR", "ProxyError", "error_body", "error_response", "sse_error_event"]
+__all__ = ["H_ERROR", "ProxyError", "error_body", "error_response", "gate_error", "sse_error_event"]
 
 #: Header on every error response the proxy produced itself (its value: the error code).
 H_ERROR = "x-compaction-gate-error"
@@ -106,6 +106,12 @@ def error_response(
     if headers:
         resp.headers.update(headers)
     return resp
+
+
+def gate_error(status: int, message: str, code: str) -> web.Response:
+    """An error of the gate's own API (``/gate/…``): ``{"error": {...}}``, like every
+    other error of the proxy."""
+    return error_response("openai", ProxyError(status, message, code=code))
 
 
 def sse_error_event(dialect: DialectName, err: ProxyError) -> bytes:

@@ -77,7 +77,7 @@ def classify(method: str, path: str, headers: Mapping[str, str]) -> Route:
         kind, fixed = "models", None
     else:
         kind, fixed = "raw", None
-    dialect = fixed or detect_dialect(headers)
+    dialect = fixed or dialect_of_path(normalized) or detect_dialect(headers)
     return Route(kind=kind, dialect=dialect, expects_json=method == "POST" and kind in JSON_KINDS)
 
 

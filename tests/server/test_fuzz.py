@@ -77,14 +77,16 @@ def gate_stack() -> Iterator[GateStack]:
         stack.close()
 
 
+OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings")
+
+
 def expected_dialect(path: str, headers: list[tuple[str, str]]) -> str | None:
-    if path.startswith("/v1/messages"):
+    path = path.split("?", 1)[0].rstrip("/")
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return "anthropic"
-    if path.startswith(("/v1/chat", "/v1/completions", "/v1/responses", "/v1/embeddings")):
+    if path in OPENAI_ROUTES or path.startswith("/gate/"):
         return "openai"
-    if path.startswith("/gate/"):
-        return "openai"
-    return None  # from the headers: either shape is the caller's
+    return None  # decided by the headers: either shape is the caller's
 
 
 def check(resp: RawResponse, method: str, path: str, headers: list[tuple[str, str]]) -> None:
