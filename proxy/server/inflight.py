@@ -13,7 +13,7 @@ upstream's headers gets a 503 error. Then the process exits.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -36,7 +36,6 @@ class Slot:
     upstream: aiohttp.ClientResponse | None = None
     #: set by :meth:`InFlight.cut`: the request is being ended by the shutdown
     cut: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class InFlight:
@@ -46,8 +45,6 @@ class InFlight:
         self._open: set[Slot] = set()
         self._empty = asyncio.Event()
         self._empty.set()
-        #: the server stopped listening: new work should not start long waits
-        self.stopping = False
 
     def __len__(self) -> int:
         return len(self._open)
@@ -60,7 +57,6 @@ class InFlight:
 
     def leave(self, slot: Slot) -> None:
         self._open.discard(slot)
-        slot.done.set()
         if not self._open:
             self._empty.set()
 

@@ -58,7 +58,6 @@ class RunningServer:
         for site in list(self.runner.sites):
             await site.stop()
         if inflight is not None:
-            inflight.stopping = True
             if not await inflight.drain(self.grace):
                 cut = inflight.cut()
                 GATE_LOGGER.warning(

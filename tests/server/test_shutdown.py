@@ -87,7 +87,7 @@ async def test_a_30s_stream_is_cut_at_the_grace_period_with_a_final_error_event(
             stopped = asyncio.create_task(_stopped(serve))
             (oa_body, oa_end), (an_body, an_end) = await asyncio.wait_for(asyncio.gather(*readers), 30)
         stopped_at: float | None = await asyncio.wait_for(stopped, BOUND + SLACK + 30)
-        code = await serve.stop(timeout=BACKGROUND_EXIT_WAIT + 30)
+        code = await serve.stop(timeout=BACKGROUND_EXIT_WAIT + 30, signal=False)
         exited = time.monotonic()
     finally:
         if serve.proc.returncode is None:

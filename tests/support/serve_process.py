@@ -38,9 +38,10 @@ class ServeProcess:
                 out.append({"raw": line.decode("utf-8", "replace")})
         return out
 
-    async def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, then wait for the exit (and the rest of stderr)."""
-        if self.proc.returncode is None:
+    async def stop(self, timeout: float = 20.0, *, signal: bool = True) -> int:
+        """SIGTERM (unless ``signal`` is false: it was sent already; a second one during
+        the exit would kill the process), then wait for the exit (and the rest of stderr)."""
+        if signal and self.proc.returncode is None:
             self.proc.terminate()
         code = await asyncio.wait_for(self.proc.wait(), timeout)
         if self._reader is not None:
