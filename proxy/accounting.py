@@ -191,12 +191,6 @@ def _window_from_litellm(litellm: Any, model: str) -> int | None:
         return None
 
 
-def _lower_thread_priority() -> None:
-    """Nice the calling thread (Linux: threads have their own nice value)."""
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-
-
 class TokenAccounting:
     """Counts tokens with a content-hash cache. Thread-safe for :meth:`warm`; the
     counting methods are meant for the event loop and never import litellm."""
@@ -378,9 +372,9 @@ class TokenAccounting:
 
     def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
         """Count the messages with a text too long for the event loop, exactly up to
-        :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread (it lowers
-        its own thread's CPU priority, so the event loop's thread comes first)."""
-        _lower_thread_priority()
+        :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread. (Not at a
+        lower CPU priority: a niced thread descheduled while it holds the GIL would stall
+        the event loop — measured, seconds.)"""
         for m in msgs:
             if any(len(p.text) > LOOP_EXACT_CHARS for p in m.parts):
                 self.count_message(model, m, limit=MAX_EXACT_CHARS)

@@ -57,14 +57,13 @@ class RunningServer:
         inflight = self.runner.app.get(INFLIGHT_KEY) if isinstance(self.runner, web.AppRunner) else None
         for site in list(self.runner.sites):
             await site.stop()
-        if inflight is not None:
-            if not await inflight.drain(self.grace):
-                cut = inflight.cut()
-                GATE_LOGGER.warning(
-                    "shutdown grace period over; cutting requests still in flight",
-                    extra={"fields": {"cut": cut, "grace_seconds": self.grace}},
-                )
-                await inflight.drain(CUT_WAIT)
+        if inflight is not None and not await inflight.drain(self.grace):
+            cut = inflight.cut()
+            GATE_LOGGER.warning(
+                "shutdown grace period over; cutting requests still in flight",
+                extra={"fields": {"cut": cut, "grace_seconds": self.grace}},
+            )
+            await inflight.drain(CUT_WAIT)
         await self.runner.cleanup()
 
 
