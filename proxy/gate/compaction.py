@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core.analysis import Analysis, analyze
 from ..core.diff import SourceRef
-from ..core.identifiers.model import Identifier, redact
+from ..core.identifiers.model import Identifier
 from ..core.interventions.bindings import Binding
 from ..core.interventions.placement import raw_index
 from ..core.interventions.reinject import reinject
@@ -31,7 +31,7 @@ from ..core.signals import Obligation
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
-from .identifiers import extract, lost_binding
+from .identifiers import lost_binding
 from .request import GateRequest
 from .spill import ANONYMOUS, SpillStore
 
@@ -148,15 +148,14 @@ def spill_lost_region(
 ) -> str | None:
     """Store the region the compaction removed under a tenant-scoped handle and return the
     note that points the model at it; ``None`` for an anonymous tenant (nobody could read
-    it back). Secrets of the region are redacted before storing, even for their tenant."""
+    it back). The store redacts every secret of the region with the gate's own detectors
+    (the policy's catalog) before storing, even for their tenant: a spill never holds a
+    secret (a required one makes the action ``reject`` instead, see
+    :func:`respond_to_compaction`)."""
     ex, prev, policy = req.ex, req.obs.previous, req.policy
     if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
         return None
-    lost_idx = set(analysis.lost_region)
     text = render_region([prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)])
-    secrets_ = {i.value for i in extract(prev, req.catalog) if i.sensitive and i.source.message_index in lost_idx}
-    for value in sorted(secrets_, key=len, reverse=True):
-        text = text.replace(value, redact(value))
     rec = target.store.put(
         ex.tenant,
         req.cid,
@@ -164,6 +163,7 @@ def spill_lost_region(
         ttl_seconds=policy.spill_ttl_seconds,
         max_bytes=policy.spill_max_bytes,
         bindings=tuple({"value": b.display().strip("`"), "kind": b.kind} for b in bindings),
+        catalog=req.catalog,
     )
     listed = bindings if policy.spill_list_bindings else ()
     return spill_note(rec.handle, listed, url_path=target.path + rec.handle)
@@ -202,6 +202,10 @@ def respond_to_compaction(
         )
         anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
+        if action == "spill" and any(b.sensitive for b in bindings):
+            # a spill never holds a secret (its store redacts them): a required secret
+            # would be lost silently, so the compaction is refused instead
+            action = "reject"
         if action == "spill":
             footer = spill_lost_region(req, analysis, bindings, spill)
             if footer is None:  # anonymous tenant: nobody could read it back
@@ -273,7 +277,7 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
     if p is None:
         return Repair(action)
     still = [b for b in p.bindings if b.sensitive or b.value not in visible]
-    if not [b for b in still if not b.sensitive]:
+    if not [b for b in still if not b.sensitive] and not (p.action == "reject" and still):
         st.pending = None
         return Repair(action)
     if p.action == "reject":

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import json
 import logging
 import secrets
@@ -57,6 +58,7 @@ from proxy.core.lineage import (
 )
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
+from proxy.core.redaction import has_secret
 from proxy.core.responses import Reply
 from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.identity import ExplicitId, explicit_id
@@ -470,6 +472,10 @@ class Tracker:
         pending = PendingCount(
             entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
         )
+        if self.accounting.needs_precount(new_msgs):
+            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
+            # the event loop; a settle that comes first estimates them (and says so)
+            _in_daemon_thread(self.accounting.precount, model, new_msgs)
         if defer:
             self._pending[cid] = pending
         else:
@@ -525,6 +531,9 @@ class Tracker:
                 entry.usage = reply.usage.as_dict() if reply.usage else None
                 entry.reply_messages = len(msgs)
                 entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
+                if entry.reply_estimated:
+                    _in_daemon_thread(self.accounting.precount, obs.model, msgs)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self.store.put_timeline(rec.id, entry)
@@ -575,6 +584,10 @@ class Tracker:
                 if cid not in self._recs:
                     return cid
         base = explicit.value
+        if has_secret(base):
+            # a session header carrying something secret-shaped: the conversation id is
+            # shown in headers, logs and the dashboard, so it is derived, not the value
+            base = "sid_" + hashlib.sha256(base.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         if base not in self._recs:
             return base
         k = 2
@@ -626,6 +639,7 @@ class Tracker:
         tokens = cum[-1] + self.accounting.framing_tokens(p.model, p.snapshot, p.system_hash, p.tools_hash)
         entry = p.entry
         entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
+        entry.estimated = self.accounting.any_estimated(p.model, p.snapshot.messages)
         entry.share = share_of(tokens, info.window)
         if entry.relation != "side_request" and rec.seq == entry.seq:
             rec.tokens, rec.window, rec.exact = tokens, info.window, info.exact

@@ -178,6 +178,10 @@ class ActionsSpec:
     safe: SafeAction = "allow"
     #: Overrides by model/route/tenant/header; the first matching scope wins per field.
     scopes: tuple[ScopeSpec, ...] = ()
+    #: What a scope matched on request headers (which any client can send) may do:
+    #: ``stricter_only`` — only move an action up the protection order (see
+    #: :data:`proxy.policy.model.PROTECTION_ORDER`), never down; ``any`` — anything.
+    client_scopes: Literal["stricter_only", "any"] = "stricter_only"
 
 
 # --------------------------------------------------------------------------- interventions
