@@ -251,7 +251,8 @@ async def test_unknown_routes_are_logged_and_counted_under_a_bounded_label(stack
         assert status == 404
     records = [r for r in access(json_log, expect=3) if r["status"] == 404]
     assert len(records) == 3 and {r["error"] for r in records} == {"unknown_route"}
-    assert records[0]["route"] == "/chat/completions/0" and records[0]["method"] == "POST"
+    # the route is a template, never the raw path (which may carry an id or a key)
+    assert {r["route"] for r in records} == {"{unknown}"} and records[0]["method"] == "POST"
     _, _, text = await request("GET", stack.url + "/metrics", None)
     text = text.decode() if isinstance(text, bytes) else str(text)
     counted = [line for line in text.splitlines() if line.startswith("compaction_gate_requests_total{") and 'status="404"' in line]
