@@ -15,13 +15,17 @@ bounded length) before being used as ids.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Mapping
+import secrets
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_ID_LEN", "ExplicitId", "explicit_id"]
+from proxy.core.redaction import has_secret
+
+__all__ = ["MAX_ID_LEN", "ExplicitId", "explicit_id", "new_conversation_id"]
 
 MAX_ID_LEN = 128
 _VENDOR_SESSION = re.compile(r"^x-[a-z0-9][a-z0-9-]*-session-id$")
@@ -89,3 +93,24 @@ def explicit_id(headers: Mapping[str, str], body: Any) -> ExplicitId | None:
                 if v:
                     return ExplicitId(v, "body:metadata.user_id")
     return None
+
+
+def new_conversation_id(explicit: ExplicitId | None, taken: Container[str]) -> str:
+    """A conversation id not in ``taken``: random (``cv_…``) without an explicit id, else
+    the explicit value (``value.2``, ``value.3`` … when taken). A session value that looks
+    like a secret is never shown: the id is then derived from its hash (ids appear in
+    headers, logs and the dashboard)."""
+    if explicit is None:
+        while True:
+            cid = "cv_" + secrets.token_hex(8)
+            if cid not in taken:
+                return cid
+    base = explicit.value
+    if has_secret(base):
+        base = "sid_" + hashlib.sha256(base.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    if base not in taken:
+        return base
+    k = 2
+    while f"{base}.{k}" in taken:
+        k += 1
+    return f"{base}.{k}"

@@ -47,12 +47,13 @@ from ..server.hooks import Decision, Exchange, Reject, ResponseTap
 from .compaction import SpillTarget, analyze_request, repair, respond_to_compaction
 from .convstate import ConversationStates
 from .events import EventLog
+from .observation import Observation
 from .recording import DecisionRecorder
 from .request import GATED_KINDS, GateRequest
 from .spill import SpillStore
 from .summarization import history_for_side_request, summarization_call
 from .taps import ChainTap
-from .tracker import Observation, Tracker
+from .tracker import Tracker
 from .tripwire import arm_tripwire
 
 __all__ = ["GATED_KINDS", "GateConfig", "GateInterceptor", "default_token_counter", "policy_catalog"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from proxy.accounting import TokenAccounting
 from proxy.core.messages import Message, Snapshot
-from proxy.state.records import TimelineEntry
+from proxy.state.records import ConversationRecord, TimelineEntry
 
-__all__ = ["PendingCount", "cumulative", "no_counts", "share_of"]
+__all__ = ["PendingCount", "count_request", "cumulative", "no_counts", "share_of"]
 
 
 def no_counts() -> array[int]:
@@ -63,3 +63,20 @@ def cumulative(
 def share_of(tokens: int, window: int | None) -> float | None:
     """``tokens`` as a share of the context ``window`` (``None`` when unknown)."""
     return round(tokens / window, 4) if window else None
+
+
+def count_request(accounting: TokenAccounting, rec: ConversationRecord, p: PendingCount) -> tuple[array[int], str]:
+    """Count request ``p`` of ``rec``: fill its timeline entry, and when it is the
+    conversation's latest request (not a side request) the conversation's own totals.
+    Returns the cumulative counts of its messages and the tokenizer that made them."""
+    info = accounting.model_info(p.model)
+    base = p.base if p.tokenizer == info.tokenizer else no_counts()
+    cum = cumulative(accounting, p.model, p.snapshot.messages, base)
+    tokens = cum[-1] + accounting.framing_tokens(p.model, p.snapshot, p.system_hash, p.tools_hash)
+    entry = p.entry
+    entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
+    entry.estimated = accounting.any_estimated(p.model, p.snapshot.messages)
+    entry.share = share_of(tokens, info.window)
+    if entry.relation != "side_request" and rec.seq == entry.seq:
+        rec.tokens, rec.window, rec.exact = tokens, info.window, info.exact
+    return cum, info.tokenizer

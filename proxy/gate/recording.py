@@ -21,7 +21,8 @@ from ..metrics import Metrics
 from ..policy import PolicyHolder
 from ..server.hooks import Exchange
 from .events import EventLog
-from .tracker import Observation, Tracker
+from .observation import Observation
+from .tracker import Tracker
 
 log = logging.getLogger("compaction_gate.gate")
 

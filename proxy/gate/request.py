@@ -11,8 +11,8 @@ from ..core.interventions.placement import NoteDialect
 from ..core.interventions.summary import SummaryApi
 from ..policy import Effective, Policy
 from ..server.hooks import Exchange
+from .observation import Observation
 from .recording import DecisionRecorder
-from .tracker import Observation
 
 #: The note dialect of each gated API kind.
 DIALECTS: dict[str, NoteDialect] = {"chat": "openai_chat", "responses": "openai_responses", "messages": "anthropic"}

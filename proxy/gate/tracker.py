@@ -33,50 +33,43 @@ become conversation ids).
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import hashlib
-import json
 import logging
-import secrets
-import threading
 import time
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.accounting import TokenAccounting
-from proxy.core.lineage import (
-    History,
-    LineageIndex,
-    Match,
-    Probe,
-    Relation,
-    match,
-)
+from proxy.core.lineage import History, LineageIndex, Match, Probe, Relation, match
 from proxy.core.markers import Markers, default_markers
-from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
-from proxy.core.redaction import has_secret
+from proxy.core.messages import Message, MessageFormatError, Snapshot
 from proxy.core.responses import Reply
+from proxy.gate.background import BACKGROUND_EXIT_WAIT, background_busy, in_daemon_thread
 from proxy.gate.hints import LineMemory, RequestHints
-from proxy.gate.identity import ExplicitId, explicit_id
-from proxy.gate.ledger import PendingCount, cumulative, no_counts, share_of
+from proxy.gate.hot import Hot, HotHistories, tools_blob
+from proxy.gate.identity import ExplicitId, explicit_id, new_conversation_id
+from proxy.gate.ledger import PendingCount, count_request, no_counts
 from proxy.gate.normalize import IncrementalNormalizer, Normalized
+from proxy.gate.observation import TRACKED_KINDS, Observation
 from proxy.gate.quiet import QuietQueue
-from proxy.gate.tracking import TrackingTap
+from proxy.gate.replytap import TrackingTap
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
 from proxy.state.store import Store
 
-__all__ = ["TRACKED_KINDS", "Observation", "Tracker", "TrackerConfig"]
+__all__ = [
+    "BACKGROUND_EXIT_WAIT",
+    "TRACKED_KINDS",
+    "Observation",
+    "Tracker",
+    "TrackerConfig",
+    "background_busy",
+]
 
 log = logging.getLogger(__name__)
-
-#: API kinds whose requests carry a conversation history.
-TRACKED_KINDS: frozenset[str] = frozenset({"chat", "messages", "responses"})
 
 _SHORT_REQUEST = 3
 
@@ -94,62 +87,6 @@ class TrackerConfig:
     hot_conversations: int = 512
     max_timeline: int = 1000
     max_events: int = 1000
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What the tracker knows about one request, for the policy layer.
-
-    ``previous`` is the conversation's history before this request (its last request's
-    messages followed by the recorded reply), ``None`` for a new conversation or when it
-    could not be loaded. ``current`` is this request. ``relation`` comes from lineage
-    (``extend``, ``compacted``, ``side_request``, ``fork``, ``new``); a side request does
-    not advance the conversation. ``seq`` identifies this request's timeline entry.
-    ``tokens`` and ``share`` are ``None`` when the request was observed with its
-    accounting deferred (they land in the timeline entry once settled).
-    """
-
-    conversation_id: str
-    tenant: str
-    api: str
-    relation: Relation
-    match: Match
-    previous: Snapshot | None
-    current: Snapshot
-    seq: int
-    is_summarization_request: bool
-    summarization_agent: str | None
-    explicit: ExplicitId | None
-    parent_id: str | None
-    new_messages: int
-    tokens: int | None
-    window: int | None
-    share: float | None
-    exact: bool
-    stream: bool
-    model: str | None
-    request_id: str = ""
-
-
-@dataclass
-class _Hot:
-    """In-memory state of a conversation: its current history as a snapshot and the
-    cumulative token counts of its messages (``cum[i]`` = tokens of the first ``i``)."""
-
-    snapshot: Snapshot
-    cum: array[int] = field(default_factory=no_counts)
-    tokenizer: str = ""
-
-
-def _tools_blob(tools: tuple[ToolDef, ...]) -> str:
-    return json.dumps([[t.name, t.description, t.schema] for t in tools], separators=(",", ":"))
-
-
-def _tools_from_blob(text: str) -> tuple[ToolDef, ...]:
-    try:
-        return tuple(ToolDef(n, d, s) for n, d, s in json.loads(text))
-    except (ValueError, TypeError):
-        return ()
 
 
 class Tracker:
@@ -176,11 +113,9 @@ class Tracker:
         self.index = LineageIndex()
         self.normalizer = IncrementalNormalizer()
         self._recs: OrderedDict[str, ConversationRecord] = OrderedDict()
-        self._hot: OrderedDict[str, _Hot] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._hot = HotHistories(self.config.hot_conversations)
         self.hints = RequestHints(lambda: self.markers)
         self.lines = LineMemory()
-        self._blob_cache: OrderedDict[str, str] = OrderedDict()
         #: requests recorded with their accounting pending, per conversation (at most
         #: one each: recording the next request settles the previous one)
         self._pending: dict[str, PendingCount] = {}
@@ -208,7 +143,7 @@ class Tracker:
         if self._started:
             return
         self._started = True
-        self._preloaded = _in_daemon_thread(self._preload)
+        self._preloaded = in_daemon_thread(self._preload)
         await self.store.open()
         recs = await self.store.load(self.config.max_timeline)
         recs.sort(key=lambda r: r.last_seen)
@@ -397,7 +332,7 @@ class Tracker:
         if rec is not None:
             self._settle(rec.id)  # the previous request's counts are this one's base
         if rec is None:
-            cid = self._new_id(explicit, ex.tenant)
+            cid = new_conversation_id(explicit, self._recs)
             rec = ConversationRecord(
                 id=cid,
                 tenant=ex.tenant,
@@ -428,10 +363,10 @@ class Tracker:
         new_from = m.prefix_len if relation == "extend" else 0
         new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
         self.store.put_messages(new_msgs)
-        if norm.system_hash and norm.system_hash not in self._blob_cache:
+        if norm.system_hash and not self._hot.has_blob(norm.system_hash):
             self._put_blob(norm.system_hash, snap.system)
-        if norm.tools_hash and norm.tools_hash not in self._blob_cache:
-            self._put_blob(norm.tools_hash, _tools_blob(snap.tools))
+        if norm.tools_hash and not self._hot.has_blob(norm.tools_hash):
+            self._put_blob(norm.tools_hash, tools_blob(snap.tools))
 
         rec.seq += 1
         entry = TimelineEntry(
@@ -463,7 +398,7 @@ class Tracker:
             rec.request_len = len(norm.digests)
             rec.window = info.window
             rec.exact = info.exact
-            self._hot[cid] = _Hot(snap, base_cum, info.tokenizer)
+            self._hot.set(cid, Hot(snap, base_cum, info.tokenizer))
             self.index.upsert(self._history(rec), m.prefix_len if relation == "extend" else 0)
             self.normalizer.remember(namespace, cid, api, body, norm)
         elif rec.model is None:
@@ -475,7 +410,7 @@ class Tracker:
         if self.accounting.needs_precount(new_msgs):
             # long texts are counted in a worker thread (tiktoken releases the GIL), not on
             # the event loop; a settle that comes first estimates them (and says so)
-            _in_daemon_thread(self.accounting.precount, model, new_msgs)
+            in_daemon_thread(self.accounting.precount, model, new_msgs)
         if defer:
             self._pending[cid] = pending
         else:
@@ -533,7 +468,7 @@ class Tracker:
                 entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
                 entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
                 if entry.reply_estimated:
-                    _in_daemon_thread(self.accounting.precount, obs.model, msgs)
+                    in_daemon_thread(self.accounting.precount, obs.model, msgs)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self.store.put_timeline(rec.id, entry)
@@ -577,30 +512,9 @@ class Tracker:
                 break
         return None
 
-    def _new_id(self, explicit: ExplicitId | None, tenant: str) -> str:
-        if explicit is None:
-            while True:
-                cid = "cv_" + secrets.token_hex(8)
-                if cid not in self._recs:
-                    return cid
-        base = explicit.value
-        if has_secret(base):
-            # a session header carrying something secret-shaped: the conversation id is
-            # shown in headers, logs and the dashboard, so it is derived, not the value
-            base = "sid_" + hashlib.sha256(base.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        if base not in self._recs:
-            return base
-        k = 2
-        while f"{base}.{k}" in self._recs:
-            k += 1
-        return f"{base}.{k}"
-
     def _touch(self, cid: str) -> None:
         self._recs.move_to_end(cid)
-        if cid in self._hot:
-            self._hot.move_to_end(cid)
-        while len(self._hot) > self.config.hot_conversations:
-            self._hot.popitem(last=False)
+        self._hot.touch(cid)
 
     def _evict(self, now: float) -> None:
         dead: list[str] = []
@@ -618,10 +532,7 @@ class Tracker:
             self._pending.pop(cid, None)
             ns = self.index.namespace_of(cid)
             self.index.remove(cid)
-            self._hot.pop(cid, None)
-            lock = self._locks.get(cid)
-            if lock is not None and not lock.locked():
-                del self._locks[cid]
+            self._hot.forget(cid)
             if ns is not None:
                 self.normalizer.forget(ns, cid)
         self.store.delete(dead)
@@ -631,21 +542,14 @@ class Tracker:
         return tuple(x for x in snap.messages if x.digest not in known)
 
     def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> None:
-        """Count request ``p`` of ``rec``: its timeline entry, and for the conversation's
-        latest request the conversation's tokens and cumulative counts."""
-        info = self.accounting.model_info(p.model)
-        base = p.base if p.tokenizer == info.tokenizer else no_counts()
-        cum = cumulative(self.accounting, p.model, p.snapshot.messages, base)
-        tokens = cum[-1] + self.accounting.framing_tokens(p.model, p.snapshot, p.system_hash, p.tools_hash)
+        """Count request ``p`` of ``rec`` (:func:`~proxy.gate.ledger.count_request`); the
+        conversation's latest request also updates the cumulative counts of its history."""
+        cum, tokenizer = count_request(self.accounting, rec, p)
         entry = p.entry
-        entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
-        entry.estimated = self.accounting.any_estimated(p.model, p.snapshot.messages)
-        entry.share = share_of(tokens, info.window)
         if entry.relation != "side_request" and rec.seq == entry.seq:
-            rec.tokens, rec.window, rec.exact = tokens, info.window, info.exact
             hot = self._hot.get(rec.id)
             if hot is not None and hot.snapshot is p.snapshot:
-                hot.cum, hot.tokenizer = cum, info.tokenizer
+                hot.cum, hot.tokenizer = cum, tokenizer
         self.lines.remember(self.index, rec.id, p.new)
         if write:
             self.store.put_timeline(rec.id, entry)
@@ -658,105 +562,22 @@ class Tracker:
             self._account(rec, p, write)
 
     def _put_blob(self, key: str, text: str) -> None:
-        self._blob_cache[key] = text
-        while len(self._blob_cache) > 256:
-            self._blob_cache.popitem(last=False)
+        self._hot.keep_blob(key, text)
         self.store.put_blob(key, text)
 
     def _ensure_warm(self, model: str | None) -> None:
         if model and self.accounting.claim_warm(model):
-            _in_daemon_thread(self.accounting.warm, model)
+            in_daemon_thread(self.accounting.warm, model)
 
     async def warm(self, models: list[str]) -> None:
         """Warm token accounting for ``models`` now (in a daemon thread), e.g. at startup."""
         for model in models:
             if self.accounting.claim_warm(model):
-                await _in_daemon_thread(self.accounting.warm, model)
+                await in_daemon_thread(self.accounting.warm, model)
 
     async def _hydrate(self, cid: str) -> None:
         """Load a cold conversation's history from the store (under its lock)."""
-        lock = self._locks.setdefault(cid, asyncio.Lock())
-        async with lock:
-            rec = self._recs.get(cid)
-            if rec is None or cid in self._hot:
-                return
-            digests = rec.digests
-            msgs = await self.store.load_messages(digests)
-            keys = [k for k in (rec.system_hash, rec.tools_hash) if k and k not in self._blob_cache]
-            blobs = await self.store.load_blobs(keys) if keys else {}
-            for k, v in blobs.items():
-                self._blob_cache[k] = v
-            rec = self._recs.get(cid)
-            if rec is None or cid in self._hot or rec.digests != digests:
-                return
-            if any(d not in msgs for d in digests):
-                log.warning("state: conversation %s has missing messages; history not restored", cid)
-                snapshot_msgs: tuple[Message, ...] = ()
-            else:
-                snapshot_msgs = tuple(msgs[d] for d in digests)
-            system = self._blob_cache.get(rec.system_hash, "") if rec.system_hash else ""
-            tools = _tools_from_blob(self._blob_cache.get(rec.tools_hash, "[]")) if rec.tools_hash else ()
-            snap = Snapshot(rec.dialect, system, snapshot_msgs, tools, rec.model)  # type: ignore[arg-type]
-            self._hot[cid] = _Hot(snap, no_counts(), "")
-            self.lines.remember(self.index, cid, snapshot_msgs)
+        msgs = await self._hot.hydrate(self.store, cid, self._recs.get)
+        if msgs is not None:
+            self.lines.remember(self.index, cid, msgs)
             self._touch(cid)
-
-
-#: Background loads still running (see :func:`_finish_background`).
-_BACKGROUND: set[threading.Thread] = set()
-#: Longest wait for them at interpreter exit (seconds).
-BACKGROUND_EXIT_WAIT = 30.0
-
-
-def _finish_background() -> None:
-    """At interpreter exit, before finalisation: let background loads that are still
-    running finish (bounded). A daemon thread still importing extension modules while
-    the interpreter is torn down can abort the whole process (SIGABRT) on its way out;
-    this only delays an exit that comes within seconds of start-up."""
-    deadline = time.monotonic() + BACKGROUND_EXIT_WAIT
-    for t in list(_BACKGROUND):
-        t.join(max(0.0, deadline - time.monotonic()))
-
-
-atexit.register(_finish_background)
-
-
-def background_busy() -> bool:
-    """Whether a background load (tokenizers, litellm) is still running: a process that
-    wants to exit at once (``serve`` after its shutdown) leaves with ``os._exit`` rather
-    than wait for it in :func:`_finish_background`."""
-    return any(t.is_alive() for t in list(_BACKGROUND))
-
-
-def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-    """Run blocking ``fn(*args)`` in a new daemon thread; the returned future (of the
-    running loop) gets its result. Unlike the loop's default executor, the thread does
-    not hold up the server's shutdown (importing litellm takes seconds); the process's
-    exit waits for it (:func:`_finish_background`). Never awaiting the future is fine;
-    a result arriving after the loop closed is dropped."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-
-    def deliver(ok: bool, value: Any) -> None:
-        if fut.done():
-            return
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-
-    def run() -> None:
-        try:
-            outcome = (True, fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            outcome = (False, exc)
-        finally:
-            _BACKGROUND.discard(thread)
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-            loop.call_soon_threadsafe(deliver, *outcome)
-
-    fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "not retrieved"
-    thread = threading.Thread(target=run, name=f"cg-{getattr(fn, '__name__', 'warm')}", daemon=True)
-    _BACKGROUND.add(thread)
-    thread.start()
-    return fut

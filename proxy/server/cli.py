@@ -60,8 +60,8 @@ def _exit_without_waiting() -> None:
     """The server has shut down (stores closed). A background load still running (a
     tokenizer, litellm for a non-OpenAI model) would hold the exit for seconds in the
     interpreter's teardown: leave at once instead."""
-    tracker = sys.modules.get("proxy.gate.tracker")
-    if tracker is not None and tracker.background_busy():
+    background = sys.modules.get("proxy.gate.background")
+    if background is not None and background.background_busy():
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

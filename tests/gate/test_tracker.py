@@ -407,14 +407,14 @@ def test_the_process_exit_waits_for_background_loads(tmp_path: Path) -> None:
     script = f"""
 import asyncio, time
 from pathlib import Path
-from proxy.gate.tracker import _in_daemon_thread
+from proxy.gate.background import in_daemon_thread
 
 def slow_load():
     time.sleep(1.0)
     Path({str(marker)!r}).write_text("done")
 
 async def main():
-    _in_daemon_thread(slow_load)  # not awaited: the program ends at once
+    in_daemon_thread(slow_load)  # not awaited: the program ends at once
 
 asyncio.run(main())
 """
