@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ class ServerSettings:
     #: PEM file of extra CA certificates trusted for upstream TLS, beside the system's
     #: (a gateway with a private CA, or a TLS-inspecting corporate proxy).
     upstream_ca_file: str | None = None
+    #: Processes serving the port (``serve --workers N``): each its own event loop and
+    #: core, sharing the state through ``state`` (SQLite or Redis; not memory).
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -90,6 +94,8 @@ class ServerSettings:
             raise Invalid("upstream_proxy must be an http:// or https:// URL", key="upstream_proxy")
         if self.upstream_ca_file is not None:
             _check_ca_file(self.upstream_ca_file)
+        if not 1 <= self.workers <= 256:
+            raise Invalid("workers must be between 1 and 256", key="workers")
 
 
 def _check_ca_file(path: str) -> None:
@@ -147,25 +153,58 @@ def state_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 @dataclass(frozen=True)
 class StateSettings:
-    """Conversation state store (used by conversation tracking)."""
+    """Where the gate keeps what it remembers (conversations, their gate state, events,
+    spills): ``sqlite`` (one machine; with several workers, shared in WAL mode),
+    ``memory`` (one process, lost on exit) or ``redis`` (shared by every replica)."""
 
-    backend: Literal["sqlite", "memory"] = "sqlite"
+    backend: Literal["sqlite", "memory", "redis"] = "sqlite"
     #: The SQLite file; ``None``: ``state.sqlite3`` in the per-user state directory
     #: (:func:`state_dir`), never the current directory.
     path: str | None = None
     ttl_seconds: int = 7 * 24 * 3600
     max_conversations: int = 10_000
+    #: The Redis URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS);
+    #: write the password as ``${VAR}``. Never logged, never shown (:attr:`where`).
+    url: str | None = field(default=None, repr=False)
+    #: Prefix of every Redis key (several deployments may share one Redis).
+    key_prefix: str = "cg"
+    #: Seconds to connect to Redis and per call; beyond it the request fails open.
+    timeout_seconds: float = 2.0
 
     @property
     def file(self) -> Path:
         """Where the SQLite state lives (``path``, else the per-user default)."""
         return Path(self.path) if self.path else state_dir() / "state.sqlite3"
 
+    @property
+    def where(self) -> str:
+        """Where the state lives, for the banner and logs (never a credential)."""
+        if self.backend == "redis":
+            from proxy.state.redis import redact_url
+
+            return f"redis at {redact_url(self.url or '')}"
+        if self.backend == "sqlite":
+            return f"sqlite at {self.file}"
+        return "memory (lost on exit)"
+
     def __post_init__(self) -> None:
         if self.ttl_seconds <= 0:
             raise Invalid("ttl_seconds must be positive", key="ttl_seconds")
         if self.max_conversations <= 0:
             raise Invalid("max_conversations must be positive", key="max_conversations")
+        if self.timeout_seconds <= 0:
+            raise Invalid("timeout_seconds must be positive", key="timeout_seconds")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.key_prefix):
+            raise Invalid("key_prefix must be 1-64 letters, digits, '_', '.' or '-'", key="key_prefix")
+        if self.backend == "redis":
+            if not self.url:
+                raise Invalid("backend redis needs url (redis://host:port/db)", key="url")
+            try:
+                scheme, port = urlsplit(self.url).scheme, urlsplit(self.url).port
+            except ValueError:  # the value is not quoted: it may hold a password
+                raise Invalid("url is not a valid URL", key="url") from None
+            if scheme not in ("redis", "rediss", "unix") or (port is not None and not 0 < port < 65536):
+                raise Invalid("url must be a redis://, rediss:// or unix:// URL", key="url")
 
 
 @dataclass(frozen=True)
@@ -239,6 +278,7 @@ class Overrides:
     port: int | None = None
     upstream: str | None = None
     policy: str | None = None
+    workers: int | None = None
 
 
 def load_config(
@@ -268,6 +308,8 @@ def apply_overrides(config: ProxyConfig, overrides: Overrides) -> ProxyConfig:
         server = dataclasses.replace(server, host=overrides.host)
     if overrides.port is not None:
         server = dataclasses.replace(server, port=overrides.port)
+    if overrides.workers is not None:
+        server = dataclasses.replace(server, workers=overrides.workers)
     changes: dict[str, Any] = {"server": server}
     if overrides.upstream is not None:
         changes["upstreams"] = (Upstream(name="upstream", base_url=overrides.upstream),)

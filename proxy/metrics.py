@@ -22,13 +22,20 @@ Label hygiene (the contract that keeps ``/metrics`` safe and bounded):
 
 Exposition: :func:`metrics_handler` serves ``GET /metrics`` from the instance stored
 under :data:`METRICS_KEY` in the aiohttp app.
+
+Several workers (``serve --workers N``): each process writes its values to files in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode, a private directory
+the supervisor creates and cleans, :mod:`proxy.server.workers`), and whichever worker
+answers a scrape adds up every worker's counters and histograms
+(``Metrics(multiprocess=True)``). The one gauge, conversations tracked, is the same
+count of the shared store in every worker: the most recently written value is served.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -137,8 +144,10 @@ class Metrics:
     any coroutine or thread.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool = False) -> None:
         self.registry: CollectorRegistry = registry or CollectorRegistry(auto_describe=True)
+        #: render every worker's values (see the module docstring)
+        self.multiprocess = multiprocess
         r = self.registry
         self._requests = Counter(
             f"{PREFIX}_requests",
@@ -167,8 +176,9 @@ class Metrics:
         )
         self._conversations = Gauge(
             f"{PREFIX}_conversations_tracked",
-            "Conversations currently held by the tracker.",
+            "Conversations currently held by the tracker (of the shared store, with several replicas).",
             registry=r,
+            multiprocess_mode="livemostrecent",
         )
         self._compactions = Counter(
             f"{PREFIX}_compactions",
@@ -214,12 +224,22 @@ class Metrics:
             "Errors inside tracking or analysis (the request is still served per policy).",
             registry=r,
         )
+        self._state_errors = Counter(
+            f"{PREFIX}_state_errors",
+            "Requests served without their state: the state store was unreachable, timed out, "
+            "refused a command, or other replicas kept changing the conversation (by reason).",
+            ("reason",),
+            registry=r,
+        )
         self._kind = _LabelGuard()
         self._reinjected_kind = _LabelGuard()
         self._dropped_kind = _LabelGuard()
         self._action = _LabelGuard()
         self._status = _LabelGuard(limit=128)
+        self._state_reason = _LabelGuard(limit=16)
         self._request_children: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+        #: awaited before each scrape (e.g. counting a shared store's conversations)
+        self.before_scrape: list[Callable[[], Awaitable[None]]] = []
 
     # -- requests -------------------------------------------------------------------
 
@@ -309,6 +329,11 @@ class Metrics:
         """Count one error raised inside tracking or analysis."""
         self._analysis_errors.inc()
 
+    def state_error(self, reason: str) -> None:
+        """Count one request served without its state (``reason``: unreachable, timeout,
+        error, conflict, busy)."""
+        self._state_errors.labels(self._state_reason(reason)).inc()
+
     def observe_transition(
         self, kind: str, *, destructive: bool, dropped_kinds: Iterable[str] = ()
     ) -> None:
@@ -327,7 +352,14 @@ class Metrics:
     # -- exposition -----------------------------------------------------------------
 
     def render(self) -> bytes:
-        """The registry in the Prometheus text exposition format."""
+        """The registry in the Prometheus text exposition format (every worker's values
+        added up in multiprocess mode)."""
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            merged = CollectorRegistry()
+            multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+            return generate_latest(merged)
         return generate_latest(self.registry)
 
 
@@ -342,5 +374,8 @@ async def metrics_handler(request: web.Request) -> web.Response:
     :func:`proxy.dashboard.access.gate_access_middleware`, not here.
     """
     metrics = request.app.get(METRICS_KEY)
+    if metrics is not None:
+        for refresh in metrics.before_scrape:
+            await refresh()
     body = metrics.render() if metrics is not None else b""
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

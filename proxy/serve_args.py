@@ -25,6 +25,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid worker count {text!r}") from None
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"workers out of range (1-256): {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``serve`` flags; each overrides the config file."""
     parser.add_argument(
@@ -42,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or https://api.anthropic.com (replaces the configured upstreams)",
     )
     parser.add_argument("--policy", metavar="NAME|FILE", help="policy preset name or policy file")
+    parser.add_argument(
+        "--workers",
+        metavar="N",
+        type=_workers,
+        help="serve with N processes sharing the port and the state (SQLite or Redis; default 1)",
+    )
+    # internal: the index of this process among --workers N (set by the supervisor)
+    parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
 
 
 def effective_config(args: argparse.Namespace) -> ProxyConfig:
@@ -50,5 +68,11 @@ def effective_config(args: argparse.Namespace) -> ProxyConfig:
     config = load_config(args.config)
     return apply_overrides(
         config,
-        Overrides(host=args.host, port=args.port, upstream=args.upstream, policy=args.policy),
+        Overrides(
+            host=args.host,
+            port=args.port,
+            upstream=args.upstream,
+            policy=args.policy,
+            workers=getattr(args, "workers", None),
+        ),
     )

@@ -17,13 +17,13 @@ from aiohttp import web
 
 from proxy.gate.tracker import Tracker
 from proxy.server.errors import gate_error
-from proxy.state.records import ConversationRecord, GateEvent
+from proxy.state.protocol import StateUnavailable
+from proxy.state.records import COMPACTION_KINDS, ConversationRecord, GateEvent
 
 __all__ = ["TRACKER_KEY", "add_gate_routes", "conversation_json", "event_json"]
 
 TRACKER_KEY: web.AppKey[Tracker] = web.AppKey("compaction_gate.tracker", Tracker)
 
-_COMPACTIONS = frozenset({"compacted", "summarize", "truncate", "mask", "edit", "reset"})
 
 
 def event_json(rec: ConversationRecord, e: GateEvent) -> dict[str, Any]:
@@ -45,14 +45,18 @@ def conversation_json(rec: ConversationRecord, *, detail: bool = False) -> dict[
         "share": rec.share,
         "exact": rec.exact,
         "requests": rec.seq,
-        "compactions": sum(1 for t in rec.timeline if t.transition in _COMPACTIONS),
-        "side_requests": sum(1 for t in rec.timeline if t.relation == "side_request"),
+        "compactions": sum(1 for t in rec.timeline if t.transition in COMPACTION_KINDS)
+        if rec.timeline
+        else rec.compactions,
+        "side_requests": sum(1 for t in rec.timeline if t.relation == "side_request")
+        if rec.timeline
+        else rec.side_requests,
         "created": rec.created,
         "last_seen": rec.last_seen,
         "parent_id": rec.parent_id,
         "explicit_source": rec.explicit_source,
-        "last_relation": rec.timeline[-1].relation if rec.timeline else None,
-        "event_count": len(rec.events),
+        "last_relation": rec.timeline[-1].relation if rec.timeline else rec.last_relation,
+        "event_count": len(rec.events) if rec.events else rec.event_seq,
     }
     if detail:
         out["timeline"] = [t.as_dict() for t in rec.timeline]
@@ -72,14 +76,24 @@ async def list_conversations(request: web.Request) -> web.Response:
     tracker = request.app[TRACKER_KEY]
     tenant = request.query.get("tenant")
     limit = _limit(request, 200)
-    recs = [r for r in tracker.conversations() if tenant is None or r.tenant == tenant]
-    body = {"count": len(recs), "conversations": [conversation_json(r) for r in recs[:limit]]}
+    try:
+        count, recs = await tracker.recent(tenant=tenant, limit=limit)
+    except StateUnavailable as exc:
+        return _unavailable(exc)
+    body = {"count": count, "conversations": [conversation_json(r) for r in recs[:limit]]}
     return web.json_response(body)
+
+
+def _unavailable(exc: StateUnavailable) -> web.Response:
+    return gate_error(503, f"the state store is unavailable ({exc.reason})", "state_unavailable")
 
 
 async def get_conversation(request: web.Request) -> web.Response:
     tracker = request.app[TRACKER_KEY]
-    rec = tracker.get(request.match_info["id"])
+    try:
+        rec = await tracker.read(request.match_info["id"])
+    except StateUnavailable as exc:
+        return _unavailable(exc)
     if rec is None:
         return gate_error(404, "unknown conversation", "unknown_conversation")
     return web.json_response(conversation_json(rec, detail=True))
@@ -88,7 +102,15 @@ async def get_conversation(request: web.Request) -> web.Response:
 async def list_events(request: web.Request) -> web.Response:
     tracker = request.app[TRACKER_KEY]
     limit = _limit(request, 200)
-    events = [event_json(r, e) for r in tracker.conversations() for e in r.events]
+    if not tracker.shared:
+        recs = tracker.conversations()
+    else:  # the most recent conversations of every replica, read from the store
+        try:
+            _, recent = await tracker.recent(limit=limit)
+            recs = [r for r in [await tracker.read(x.id) for x in recent] if r is not None]
+        except StateUnavailable as exc:
+            return _unavailable(exc)
+    events = [event_json(r, e) for r in recs for e in r.events]
     events.sort(key=lambda e: e["at"], reverse=True)
     return web.json_response({"count": len(events), "events": events[:limit]})
 

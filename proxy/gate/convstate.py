@@ -132,34 +132,62 @@ def _binding_of(d: Mapping[str, Any]) -> Binding:
 #: ``load(cid)`` → the stored state dict (or ``None``); ``save(cid, dict_or_None)``.
 Loader = Callable[[str], "Mapping[str, Any] | None"]
 Saver = Callable[[str, "dict[str, Any] | None"], None]
+#: ``version(cid)`` → what the stored state is validated against (see ConversationStates).
+Versioner = Callable[[str], object]
 
 
 class ConversationStates:
     """An LRU of :class:`ConversationState` by conversation id (thread-safe), read from
-    and written to a backing store when given (``load``/``save``)."""
+    and written to a backing store when given (``load``/``save``).
 
-    def __init__(self, max_conversations: int, *, load: Loader | None = None, save: Saver | None = None) -> None:
+    ``version(cid)``: a token that changes when the backing record changes under us (a
+    store shared with other replicas, :meth:`Tracker.version`); a cached state whose
+    token differs is read again. After this process commits its own change it calls
+    :meth:`confirm`, so its own writes never force a re-read."""
+
+    def __init__(
+        self,
+        max_conversations: int,
+        *,
+        load: Loader | None = None,
+        save: Saver | None = None,
+        version: Versioner | None = None,
+    ) -> None:
         self.max_conversations = max_conversations
         self._state: OrderedDict[str, ConversationState] = OrderedDict()
         self._saved: dict[str, dict[str, Any] | None] = {}
+        self._versions: dict[str, object] = {}
         self._lock = threading.Lock()
         self._load = load
         self._save = save
+        self._version = version
+
+    def confirm(self, cid: str) -> None:
+        """The backing record now holds this process's state of ``cid``."""
+        if self._version is not None:
+            with self._lock:
+                if cid in self._state:
+                    self._versions[cid] = self._version(cid)
 
     def get(self, cid: str) -> ConversationState:
         """The state of ``cid`` (loaded from the backing store, else created empty),
         marked most recently used."""
         with self._lock:
             st = self._state.get(cid)
+            if st is not None and self._version is not None and self._versions.get(cid) != self._version(cid):
+                st = None  # the record changed under us: read it again
             if st is None:
                 stored = self._load(cid) if self._load is not None else None
                 st = ConversationState.from_dict(stored) if stored else ConversationState()
                 self._state[cid] = st
                 self._saved[cid] = dict(stored) if stored else None
+                if self._version is not None:
+                    self._versions[cid] = self._version(cid)
             self._state.move_to_end(cid)
             while len(self._state) > self.max_conversations:
                 old, _ = self._state.popitem(last=False)
                 self._saved.pop(old, None)
+                self._versions.pop(old, None)
             return st
 
     def save(self, cid: str) -> None:

@@ -113,9 +113,9 @@ class HotHistories:
             if rec is None or cid in self._hot:
                 return None
             digests = rec.digests
-            msgs = await store.load_messages(digests)
+            msgs = await store.conversation_messages(rec, digests)
             keys = [k for k in (rec.system_hash, rec.tools_hash) if k and k not in self._blobs]
-            blobs = await store.load_blobs(keys) if keys else {}
+            blobs = await store.conversation_blobs(rec, keys) if keys else {}
             for k, v in blobs.items():
                 self._blobs[k] = v
             rec = current(cid)

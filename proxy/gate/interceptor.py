@@ -26,6 +26,14 @@ Every decision is an event (``GET /gate/events`` and the conversation's own even
 is forwarded untouched and the error is recorded (fail-open); ``on_error: closed`` in the
 policy refuses it instead. Nothing here logs or records secrets: tenant is a hash,
 sensitive values are redacted.
+
+With a store shared by several replicas (:mod:`proxy.state.protocol`) the decision and
+what it changed in the conversation's state are committed before the request goes on
+(:meth:`Tracker.commit`); a commit refused because another replica changed the
+conversation first is decided again on the fresh state. When the store cannot be
+reached the request is forwarded untouched (``gate.fail_open``, the default) or refused
+with a 503, and a ``state_unavailable`` event and the ``state_errors_total`` metric say
+why (:mod:`proxy.gate.outage`).
 """
 
 from __future__ import annotations
@@ -44,10 +52,12 @@ from ..policy import PolicyHolder, RequestContext
 from ..policy.detectors import policy_catalog
 from ..policy.loader import markers_path
 from ..server.hooks import Decision, Exchange, Reject, ResponseTap
+from ..state.protocol import StateUnavailable
 from .compaction import SpillTarget, analyze_request, repair, respond_to_compaction
 from .convstate import ConversationStates
 from .events import EventLog
 from .observation import Observation
+from .outage import Outage
 from .recording import DecisionRecorder
 from .request import GATED_KINDS, GateRequest
 from .spill import SpillStore
@@ -88,6 +98,11 @@ class GateConfig:
     max_conversations: int = 10_000
     #: Public path prefix of spill handles (told to the model).
     spill_path: str = "/gate/spill/"
+    #: With the state store unreachable: forward untouched (True) or refuse with a 503.
+    fail_open: bool = True
+    #: Attempts to commit a request's decision when other replicas keep changing the
+    #: conversation first.
+    commit_attempts: int = 5
 
 
 class GateInterceptor:
@@ -110,7 +125,7 @@ class GateInterceptor:
         self.config = config or GateConfig()
         self._count = token_counter or default_token_counter()
         self._states = ConversationStates(
-            self.config.max_conversations, load=tracker.gate_state, save=tracker.save_gate_state
+            self.config.max_conversations, load=tracker.gate_state, save=tracker.save_gate_state, version=tracker.version
         )
         self._markers: dict[str, Markers] = {}
         #: Start-up work the first requests wait for (the catalogue; see
@@ -122,6 +137,7 @@ class GateInterceptor:
             policies,
             metrics if metrics is not None else Metrics(),
         )
+        self.outage = Outage(self._recorder, self.config.fail_open)
 
     @property
     def events(self) -> EventLog:
@@ -148,12 +164,41 @@ class GateInterceptor:
         if self.warming is not None and not self.warming.done():
             with contextlib.suppress(Exception):  # a failed warm-up builds lazily instead
                 await asyncio.shield(self.warming)
-        try:
-            obs = await self.tracker.observe(ex, defer_accounting=True)
-        except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
-            return self._failed(ex, None, None, exc, "observe")
-        if obs is None:
-            return Decision()
+        for _attempt in range(self.config.commit_attempts):
+            try:
+                obs = await self.tracker.observe(ex, defer_accounting=True)
+            except StateUnavailable as exc:
+                return self.outage.decision(ex, exc)
+            except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
+                return self._failed(ex, None, None, exc, "observe")
+            if obs is None:
+                return Decision()
+            try:
+                decision = await self._decide_request(ex, obs)
+            except StateUnavailable as exc:  # e.g. loading another conversation's history
+                self.tracker.abandon(obs.conversation_id)
+                return self.outage.decision(ex, exc, obs.conversation_id)
+            try:
+                committed = await self.tracker.commit(obs.conversation_id)
+            except StateUnavailable as exc:
+                return self.outage.decision(ex, exc, obs.conversation_id)
+            if committed:
+                self._states.confirm(obs.conversation_id)
+                break
+        else:
+            return self.outage.decision(ex, StateUnavailable("other replicas kept changing the conversation", "conflict"))
+        if decision.action == "spill":
+            try:
+                await self.spill.flush()  # the handle told to the model must resolve everywhere
+            except StateUnavailable as exc:
+                return self.outage.decision(ex, exc, obs.conversation_id)
+        if decision.action != "none":
+            self.metrics.action(decision.action)
+        self.outage.recovered(ex)
+        return decision
+
+    async def _decide_request(self, ex: Exchange, obs: Observation) -> Decision:
+        """The decision for a tracked request (its changes are not committed yet)."""
         tracker_tap: ResponseTap | None = None
         try:
             tracker_tap = self.tracker.tap(obs)
@@ -166,10 +211,10 @@ class GateInterceptor:
             if obs.is_summarization_request and obs.previous is None:
                 side_history = await self._history_for_side_request(ex, obs)
             decision = self._decide(ex, obs, side_history)
+        except StateUnavailable:
+            raise
         except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
             return self._failed(ex, obs, tracker_tap, exc, "analysis")
-        if decision.action != "none":
-            self.metrics.action(decision.action)
         taps = [t for t in (decision.tap, tracker_tap) if t is not None]
         tap: ResponseTap | None = ChainTap(taps) if len(taps) > 1 else (taps[0] if taps else None)
         return Decision(

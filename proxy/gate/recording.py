@@ -7,6 +7,10 @@ Every decision of the gate goes through :meth:`DecisionRecorder.record`, which
 - logs one JSON line (kinds and counts only, never identifier values),
 - appends it to the conversation's own events in the tracker.
 
+With a shared store the event goes to the store with the conversation's commit, and the
+metrics and log line follow once the commit is accepted (:meth:`Tracker.after_commit`):
+a decision redone after a refused commit is counted once.
+
 Recording never raises into the request path for the tracker part (a failure there is
 logged); the event details must be JSON-serialisable and already free of secrets.
 """
@@ -114,8 +118,13 @@ class DecisionRecorder:
             policy=self.policies.policy.name,
             **details,
         )
-        count_metrics(self.metrics, kind, action, details)
-        log_decision(ex, cid, kind, action, ev)
+        metrics = self.metrics
+
+        def counted() -> None:
+            count_metrics(metrics, kind, action, details)
+            log_decision(ex, cid, kind, action, ev)
+
+        self.tracker.after_commit(cid, counted)
         if cid is None:
             return
         try:
@@ -129,3 +138,21 @@ class DecisionRecorder:
             )
         except Exception:
             log.exception("could not append the gate event to the conversation")
+
+    def record_local(self, ex: Exchange, cid: str | None, kind: str, action: str, **details: Any) -> None:
+        """Record a decision that cannot reach the store (it is unavailable): kept in
+        this process's event log only (handed to the store when it is back), counted
+        and logged at once."""
+        ev = self.events.add_local(
+            kind,
+            action,
+            conversation=cid,
+            tenant=ex.tenant,
+            route=ex.path,
+            model=ex.model,
+            request_id=ex.request_id,
+            policy=self.policies.policy.name,
+            **details,
+        )
+        count_metrics(self.metrics, kind, action, details)
+        log_decision(ex, cid, kind, action, ev)

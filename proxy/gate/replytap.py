@@ -23,9 +23,14 @@ log = logging.getLogger("proxy.gate.tracker")
 class ReplySink(Protocol):
     """Where a :class:`TrackingTap` records the reply (the tracker)."""
 
+    @property
+    def shared(self) -> bool: ...
+
     def later(self, fn: Callable[[], None]) -> None: ...
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None: ...
+
+    async def acknowledge(self, obs: Observation) -> None: ...
 
 
 class TrackingTap:
@@ -33,7 +38,12 @@ class TrackingTap:
     ``observe_only`` (the server may feed it a JSON reply right after sending it, see
     :class:`proxy.server.hooks.ResponseTap`). What it is fed is only kept: SSE events
     are passed through unchanged and immediately, and the reply is parsed or reassembled
-    from them, and recorded, once the event loop is quiet (:meth:`Tracker.later`)."""
+    from them, and recorded, once the event loop is quiet (:meth:`Tracker.later`).
+
+    With a shared store the tap ``settles``: the server awaits :meth:`settle` before the
+    response ends, and the reply is recorded and committed by then — so the client's
+    next request, whichever replica it reaches, sees it. The server then feeds a JSON
+    reply before sending it rather than after."""
 
     observe_only = True
 
@@ -42,6 +52,10 @@ class TrackingTap:
         self.obs = obs
         self._events: list[bytes] = []
         self._done = False
+        self.settles = tracker.shared
+
+    async def settle(self) -> None:
+        await self.tracker.acknowledge(self.obs)
 
     def _record(self, reply: Callable[[], Reply | None], status: str) -> None:
         if self._done:

@@ -9,15 +9,19 @@
 - Bounded: records expire after the policy's TTL; the store keeps at most
   ``max_records`` (oldest evicted) and ``max_bytes`` per record (the region is cut, and
   says so).
-- Durable when given a path (the served proxy puts it beside its SQLite state, see
-  :func:`proxy.gate.wiring.build_gate`): every record is also written to a SQLite file,
-  so a handle given to an agent still resolves after a restart, until it expires. The
-  in-memory store (``path=None``) loses them on restart. Spills are rare (a destructive
-  compaction under a ``spill`` policy), so the write is made at once, in the request.
+- Durable when given a storage (:mod:`proxy.state.spill`; the served proxy puts a SQLite
+  file beside its SQLite state, or uses its Redis store, see
+  :func:`proxy.gate.wiring.build_gate`): every record is also written there, so a handle
+  given to an agent still resolves after a restart — and from every replica — until it
+  expires. The in-memory store (no storage) loses them on restart.
 - Secrets found in the region are redacted before it is stored, in memory and on disk,
   with the gate's own detectors (:func:`proxy.core.redaction.redact_secrets`, with the
   policy's catalog when given): whatever the gate treats as a secret is never served
   back, capability handles (lock tokens, upload ids) are.
+
+Reading: :meth:`SpillStore.get` answers from memory and storage it can read without
+waiting (the SQLite file); :meth:`SpillStore.aget` also asks storage that must be awaited
+(Redis) — the HTTP route uses it, and so should any other reader running on the loop.
 
 Not done: the optional ``recall_context`` tool (the proxy advertising a tool and resolving
 its calls itself, re-calling upstream) is not implemented. The spill note tells the model
@@ -28,14 +32,11 @@ way to fetch it (a generic HTTP tool, or its operator).
 from __future__ import annotations
 
 import hmac
-import json
 import secrets
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,49 +46,18 @@ from ..core.identifiers.catalog import Catalog
 from ..core.redaction import redact_secrets
 from ..server.errors import gate_error
 from ..server.headers import credential, tenant_of
+from ..state.spill import SpillRecord, SpillStorage, SQLiteSpills
+
+__all__ = ["ANONYMOUS", "HANDLE_PREFIX", "SpillRecord", "SpillStore", "add_routes"]
 
 ANONYMOUS = "anonymous"
 HANDLE_PREFIX = "spill_"
 
 
-@dataclass(frozen=True, slots=True)
-class SpillRecord:
-    handle: str
-    tenant: str
-    conversation_id: str
-    text: str
-    created: float
-    expires: float
-    truncated: bool = False
-    bindings: tuple[dict[str, Any], ...] = ()
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "handle": self.handle,
-            "conversation": self.conversation_id,
-            "created": self.created,
-            "expires": self.expires,
-            "truncated": self.truncated,
-            "bindings": list(self.bindings),
-            "text": self.text,
-        }
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spills (
-    handle TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    created REAL NOT NULL,
-    expires REAL NOT NULL,
-    body TEXT NOT NULL
-)
-"""
-
-
 class SpillStore:
-    """Thread-safe spill store: in memory, and in the SQLite file ``path`` if given
-    (records written there survive a restart; memory is then a cache of recent ones)."""
+    """Thread-safe spill store: in memory, and in ``storage`` if given (``path``: a
+    SQLite file). Records written to storage survive a restart; memory is then a cache
+    of recent ones."""
 
     def __init__(
         self,
@@ -95,32 +65,26 @@ class SpillStore:
         max_records: int = 10_000,
         clock: Callable[[], float] = time.time,
         path: str | Path | None = None,
+        storage: SpillStorage | None = None,
     ) -> None:
         self._records: OrderedDict[str, SpillRecord] = OrderedDict()
         self._lock = threading.Lock()
         self.max_records = max_records
         self._clock = clock
-        self.path = Path(path) if path is not None else None
-        self._db: sqlite3.Connection | None = None
-
-    def _conn(self) -> sqlite3.Connection | None:
-        """The database (opened on first use; caller holds the lock)."""
-        if self.path is None:
-            return None
-        if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute(_SCHEMA)
-            self._db = db
-        return self._db
+        self.storage: SpillStorage | None = storage if storage is not None else (
+            SQLiteSpills(path) if path is not None else None
+        )
+        #: the SQLite file spills persist in, when they do
+        self.path: Path | None = self.storage.path if isinstance(self.storage, SQLiteSpills) else None
 
     def close(self) -> None:
-        with self._lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        if self.storage is not None:
+            self.storage.close()
+
+    async def flush(self) -> None:
+        """Wait until every record put so far is durable (before the handle is told)."""
+        if self.storage is not None:
+            await self.storage.flush()
 
     def put(
         self,
@@ -152,18 +116,8 @@ class SpillStore:
         with self._lock:
             self._records[rec.handle] = rec
             self._evict(now)
-            db = self._conn()
-            if db is not None:
-                db.execute(
-                    "INSERT OR REPLACE INTO spills(handle, tenant, created, expires, body) VALUES(?, ?, ?, ?, ?)",
-                    (rec.handle, rec.tenant, rec.created, rec.expires, json.dumps(_row(rec))),
-                )
-                db.execute("DELETE FROM spills WHERE expires <= ?", (now,))
-                db.execute(
-                    "DELETE FROM spills WHERE handle IN (SELECT handle FROM spills ORDER BY created DESC, rowid DESC"
-                    " LIMIT -1 OFFSET ?)",
-                    (self.max_records,),
-                )
+            if self.storage is not None:
+                self.storage.put(rec, max_records=self.max_records, now=now)
         return rec
 
     def _evict(self, now: float) -> None:
@@ -172,60 +126,43 @@ class SpillStore:
         while len(self._records) > self.max_records:
             self._records.popitem(last=False)
 
-    def _load(self, handle: str) -> SpillRecord | None:
-        """A record written by an earlier run (caller holds the lock)."""
-        db = self._conn()
-        if db is None:
+    def _owned(self, rec: SpillRecord | None, tenant: str) -> SpillRecord | None:
+        if rec is None:
             return None
-        row = db.execute("SELECT body FROM spills WHERE handle = ?", (handle,)).fetchone()
-        if row is None:
+        if rec.expires <= self._clock():
+            with self._lock:
+                self._records.pop(rec.handle, None)
+                if self.storage is not None:
+                    self.storage.delete(rec.handle)
             return None
-        try:
-            return _from_row(json.loads(row[0]))
-        except (ValueError, TypeError, KeyError):
-            return None
-
-    def get(self, tenant: str, handle: str) -> SpillRecord | None:
-        """The record if ``tenant`` owns it and it has not expired, else ``None``."""
-        if not tenant or tenant == ANONYMOUS:
-            return None
-        with self._lock:
-            rec = self._records.get(handle)
-            if rec is None and handle.startswith(HANDLE_PREFIX):
-                rec = self._load(handle)
-            if rec is None:
-                return None
-            if rec.expires <= self._clock():
-                self._records.pop(handle, None)
-                db = self._conn()
-                if db is not None:
-                    db.execute("DELETE FROM spills WHERE handle = ?", (handle,))
-                return None
         if not hmac.compare_digest(rec.tenant.encode(), tenant.encode()):
             return None
         return rec
 
+    def get(self, tenant: str, handle: str) -> SpillRecord | None:
+        """The record if ``tenant`` owns it and it has not expired, else ``None`` (from
+        memory and storage readable without waiting; see :meth:`aget`)."""
+        if not tenant or tenant == ANONYMOUS:
+            return None
+        with self._lock:
+            rec = self._records.get(handle)
+            if rec is None and handle.startswith(HANDLE_PREFIX) and self.storage is not None:
+                rec = self.storage.load(handle)
+        return self._owned(rec, tenant)
+
+    async def aget(self, tenant: str, handle: str) -> SpillRecord | None:
+        """:meth:`get`, also asking storage that must be awaited (another replica's
+        spills in Redis)."""
+        rec = self.get(tenant, handle)
+        if rec is not None or not tenant or tenant == ANONYMOUS or not handle.startswith(HANDLE_PREFIX):
+            return rec
+        if self.storage is None or not self.storage.remote:
+            return None
+        return self._owned(await self.storage.aload(handle, tenant), tenant)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._records)
-
-
-def _row(rec: SpillRecord) -> dict[str, Any]:
-    """What is stored: the served JSON plus the owning tenant's hash."""
-    return {**rec.to_json(), "tenant": rec.tenant}
-
-
-def _from_row(d: dict[str, Any]) -> SpillRecord:
-    return SpillRecord(
-        handle=d["handle"],
-        tenant=d["tenant"],
-        conversation_id=d["conversation"],
-        text=d["text"],
-        created=float(d["created"]),
-        expires=float(d["expires"]),
-        truncated=bool(d["truncated"]),
-        bindings=tuple(d["bindings"]),
-    )
 
 
 SPILL_STORE_KEY: web.AppKey[SpillStore] = web.AppKey("compaction_gate.spill_store", SpillStore)
@@ -238,7 +175,7 @@ def _not_found() -> web.Response:
 async def get_spill(request: web.Request) -> web.Response:
     store = request.app[SPILL_STORE_KEY]
     tenant = tenant_of(credential(request.headers))
-    rec = store.get(tenant, request.match_info["handle"])
+    rec = await store.aget(tenant, request.match_info["handle"])
     if rec is None:
         return _not_found()
     resp = web.json_response(rec.to_json())

@@ -40,6 +40,12 @@ log = logging.getLogger("compaction_gate.gate")
 class ChainTap:
     def __init__(self, taps: Sequence[ResponseTap]) -> None:
         self.taps = list(taps)
+        self.settles = any(getattr(t, "settles", False) for t in self.taps)
+
+    async def settle(self) -> None:
+        for t in self.taps:
+            if getattr(t, "settles", False):
+                await t.settle()  # type: ignore[attr-defined]
 
     def feed_json(self, status: int, body: bytes) -> bytes:
         for t in self.taps:

@@ -54,10 +54,13 @@ from proxy.gate.ledger import PendingCount, count_request, no_counts
 from proxy.gate.normalize import IncrementalNormalizer, Normalized
 from proxy.gate.observation import TRACKED_KINDS, Observation
 from proxy.gate.quiet import QuietQueue
+from proxy.gate.replica_sync import ReplicaSync
 from proxy.gate.replytap import TrackingTap
+from proxy.gate.writes import DirectWrites, Replica, Writes
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
-from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
+from proxy.state.protocol import StateUnavailable
+from proxy.state.records import COMPACTION_KINDS, ConversationRecord, GateEvent, TimelineEntry
 from proxy.state.store import Store
 
 __all__ = [
@@ -72,6 +75,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _SHORT_REQUEST = 3
+#: Matching attempts of one request (each after waiting for a hydration or a commit).
+MAX_MATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class TrackerConfig:
     max_events: int = 1000
 
 
-class Tracker:
+class Tracker(ReplicaSync):
     """Tracks conversations over a :class:`~proxy.state.store.Store`.
 
     Call :meth:`start` once (opens the store, loads the conversations) and
@@ -125,6 +130,14 @@ class Tracker:
         #: The tokenizer/markers preload started by :meth:`start` (awaited by the first
         #: requests instead of by the start-up, so the server listens at once).
         self._preloaded: asyncio.Future[Any] | None = None
+        #: where changes go: straight to a sole store, or in transactions to a shared one
+        self._replica: Replica | None = Replica(self.store) if self.store.shared else None
+        self._w: Writes = self._replica if self._replica is not None else DirectWrites(self.store)
+        #: conversations changed by another process since the normaliser remembered them
+        self._resynced: set[str] = set()
+        #: per conversation, how often its cached record was replaced (see version())
+        self._gens: dict[str, int] = {}
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def markers(self) -> Markers:
@@ -145,9 +158,14 @@ class Tracker:
         self._started = True
         self._preloaded = in_daemon_thread(self._preload)
         await self.store.open()
+        if self._replica is not None:  # a shared store: namespaces are synced on demand
+            self._start_replica()
+            return
         recs = await self.store.load(self.config.max_timeline)
         recs.sort(key=lambda r: r.last_seen)
         for rec in recs:
+            if rec.timeline and not (rec.compactions or rec.side_requests or rec.last_relation):
+                rec.count_from_timeline()  # stored before the counters existed
             self._recs[rec.id] = rec
             self.index.upsert(self._history(rec))
         self._evict(self.clock())
@@ -168,10 +186,14 @@ class Tracker:
 
     async def close(self) -> None:
         self.settle_all()
+        await self._stop_replica()
         await self.store.close()
 
     async def flush(self) -> None:
         self.settle_all()
+        if self._replica is not None:
+            with contextlib.suppress(StateUnavailable):
+                await self._replica.flush()
         await self.store.flush()
 
     def settle_all(self) -> None:
@@ -190,10 +212,28 @@ class Tracker:
         return self._recs.get(conversation_id)
 
     def conversations(self) -> list[ConversationRecord]:
-        """All live conversations, most recently seen first, their replies recorded and
-        their accounting settled."""
+        """All conversations this process holds, most recently seen first, their replies
+        recorded and their accounting settled (with a shared store: this process's cache;
+        :meth:`recent` reads the store)."""
         self.settle_all()
         return list(reversed(self._recs.values()))
+
+    async def read(self, conversation_id: str) -> ConversationRecord | None:
+        """A conversation with its timeline and events, as the store holds it (a sole
+        store's: this process's live state)."""
+        if self._replica is None:
+            return self.get(conversation_id)
+        await self.flush_writes()
+        return await self.store.read_conversation(conversation_id, self.config.max_timeline)
+
+    async def recent(self, *, tenant: str | None = None, limit: int = 200) -> tuple[int, list[ConversationRecord]]:
+        """How many conversations there are (of ``tenant``) and the ``limit`` most
+        recently seen — every process's, with a shared store."""
+        if self._replica is None:
+            recs = [r for r in self.conversations() if tenant is None or r.tenant == tenant]
+            return len(recs), recs[:limit]
+        await self.flush_writes()
+        return await self.store.recent_conversations(tenant=tenant, limit=limit)
 
     async def history(self, conversation_id: str) -> Snapshot | None:
         """The conversation's current history (loaded from the store if cold)."""
@@ -227,9 +267,27 @@ class Tracker:
         rec.events.append(ev)
         if len(rec.events) > self.config.max_events:
             del rec.events[: len(rec.events) - self.config.max_events]
-        self.store.put_event(rec.id, ev)
-        self.store.save_conversation(rec)
+        self._w.event(rec, ev)
+        self._w.conversation(rec)
         return ev
+
+    def log_event(self, conversation_id: str | None, tenant: str, entry: dict[str, Any]) -> None:
+        """Add ``entry`` to a shared store's event log (``GET /gate/events``), with the
+        conversation's other changes when one is being committed."""
+        self._w.log(conversation_id, tenant, entry)
+
+    def after_commit(self, conversation_id: str | None, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the conversation's pending changes are committed (at once
+        when none are pending, and always with a sole store)."""
+        self._w.after_commit(conversation_id, fn)
+
+    def version(self, conversation_id: str) -> object:
+        """Changes when the cached record was replaced or committed anew (with a sole
+        store: never): what a cache built from the record is validated against."""
+        if self._replica is None:
+            return None
+        rec = self._recs.get(conversation_id)
+        return None if rec is None else (self._gens.get(conversation_id, 0), rec.etag)
 
     def gate_state(self, conversation_id: str) -> dict[str, Any] | None:
         """The gate's stored state of a conversation (see :mod:`proxy.gate.convstate`)."""
@@ -242,7 +300,7 @@ class Tracker:
         if rec is None:
             return
         rec.gate_state = state
-        self.store.save_conversation(rec)
+        self._w.conversation(rec)
 
     def set_transition(self, conversation_id: str, seq: int, transition: str) -> None:
         """Refine the transition kind of one timeline entry (e.g. ``summarize``,
@@ -250,8 +308,9 @@ class Tracker:
         rec = self._recs.get(conversation_id)
         entry = self._entry(rec, seq) if rec else None
         if rec is not None and entry is not None:
+            rec.compactions += (transition in COMPACTION_KINDS) - (entry.transition in COMPACTION_KINDS)
             entry.transition = transition
-            self.store.put_timeline(rec.id, entry)
+            self._w.timeline(rec, entry)
 
     # ------------------------------------------------------------------ observe
 
@@ -289,6 +348,9 @@ class Tracker:
         lines = self.lines.probe(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
         if lines:
             self.settle_all()  # line matching sees every recorded request's lines
+        if self._replica is not None:
+            await self._sync(ex.tenant, namespace)  # what the other processes changed
+        reused_from = norm.reused_from if norm.reused_from not in self._resynced else None
         probe = Probe(
             namespace,
             norm.system_hash,
@@ -297,17 +359,24 @@ class Tracker:
             lines,
             explicit is not None,
             self.hints.continuation_agent(snap) is not None or self.hints.continued_by_item(body) is not None,
-            norm.reused_from,
+            reused_from,
             norm.reused,
         )
 
-        for _attempt in range(3):
+        hydrations = 0
+        for _attempt in range(MAX_MATCHES):
             m = match(self.index, probe)
             cid = m.conversation_id
+            if cid is not None and self._replica is not None and await self._wait_turn(ex.tenant, namespace, cid):
+                continue  # another request of the conversation was being committed
             if cid is not None and cid in self._recs and cid not in self._hot:
                 await self._hydrate(cid)  # suspension point: match again afterwards
-                continue
+                hydrations += 1
+                if hydrations < 3:
+                    continue
             break
+        if m.conversation_id is not None and self._replica is not None and self._replica.busy(m.conversation_id):
+            raise StateUnavailable("the conversation stayed busy", "busy")
         return self._apply(ex, body, api, namespace, explicit, norm, m, agent, model, defer_accounting)
 
     def _apply(
@@ -330,9 +399,11 @@ class Tracker:
         cid = m.conversation_id
         rec = self._recs.get(cid) if cid is not None else None
         if rec is not None:
+            if self._replica is not None:
+                self._replica.begin(rec)
             self._settle(rec.id)  # the previous request's counts are this one's base
         if rec is None:
-            cid = new_conversation_id(explicit, self._recs)
+            cid = new_conversation_id(explicit, self._recs if self._replica is None else self._taken())
             rec = ConversationRecord(
                 id=cid,
                 tenant=ex.tenant,
@@ -344,6 +415,8 @@ class Tracker:
                 parent_id=m.parent_id,
             )
             self._recs[cid] = rec
+            if self._replica is not None:
+                self._replica.begin(rec, create=True)
             relation: Relation = m.relation if m.relation in ("new", "fork") else "new"
         else:
             relation = m.relation
@@ -362,11 +435,11 @@ class Tracker:
 
         new_from = m.prefix_len if relation == "extend" else 0
         new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
-        self.store.put_messages(new_msgs)
-        if norm.system_hash and not self._hot.has_blob(norm.system_hash):
-            self._put_blob(norm.system_hash, snap.system)
-        if norm.tools_hash and not self._hot.has_blob(norm.tools_hash):
-            self._put_blob(norm.tools_hash, tools_blob(snap.tools))
+        self._w.messages(rec, new_msgs)
+        if norm.system_hash and (norm.system_hash != rec.system_hash or not self._hot.has_blob(norm.system_hash)):
+            self._put_blob(rec, norm.system_hash, snap.system)
+        if norm.tools_hash and (norm.tools_hash != rec.tools_hash or not self._hot.has_blob(norm.tools_hash)):
+            self._put_blob(rec, norm.tools_hash, tools_blob(snap.tools))
 
         rec.seq += 1
         entry = TimelineEntry(
@@ -386,6 +459,9 @@ class Tracker:
             request_id=ex.request_id,
         )
         rec.timeline.append(entry)
+        rec.compactions += relation in COMPACTION_KINDS
+        rec.side_requests += relation == "side_request"
+        rec.last_relation = relation
         if len(rec.timeline) > self.config.max_timeline:
             del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
         rec.last_seen = now
@@ -401,6 +477,7 @@ class Tracker:
             self._hot.set(cid, Hot(snap, base_cum, info.tokenizer))
             self.index.upsert(self._history(rec), m.prefix_len if relation == "extend" else 0)
             self.normalizer.remember(namespace, cid, api, body, norm)
+            self._resynced.discard(cid)
         elif rec.model is None:
             rec.model = model
         self._touch(cid)
@@ -413,6 +490,9 @@ class Tracker:
             in_daemon_thread(self.accounting.precount, model, new_msgs)
         if defer:
             self._pending[cid] = pending
+            if self._replica is not None:  # committed with the request, counted later
+                self._w.timeline(rec, entry)
+                self._w.conversation(rec)
         else:
             self._account(rec, pending)
         self._evict(now)
@@ -455,11 +535,18 @@ class Tracker:
         rec = self._recs.get(obs.conversation_id)
         if rec is None:
             return
+        msgs = reply.messages if reply is not None else ()
+        advances = bool(msgs) and (
+            obs.relation == "side_request" or (rec.seq == obs.seq and reply is not None and reply.complete)
+        )
+        own_txn = advances and self._replica is not None and self._replica.busy(rec.id) is None
+        if own_txn:
+            assert self._replica is not None
+            self._replica.begin(rec)
         pending = self._pending.get(rec.id)
         own = pending is not None and pending.entry.seq == obs.seq
         self._settle(rec.id, write=not own)  # this request's own entry is written below
         entry = self._entry(rec, obs.seq)
-        msgs = reply.messages if reply is not None else ()
         if entry is not None:
             entry.status = status if reply is None or reply.complete or status != "ok" else "incomplete"
             if reply is not None:
@@ -471,16 +558,18 @@ class Tracker:
                     in_daemon_thread(self.accounting.precount, obs.model, msgs)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
-            self.store.put_timeline(rec.id, entry)
+            self._w.timeline(rec, entry)
         if msgs:
-            self.store.put_messages(msgs)
+            self._w.messages(rec, msgs)
             self.lines.remember(self.index, rec.id, msgs)
             if obs.relation == "side_request":
                 rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
-            elif rec.seq == obs.seq and reply is not None and reply.complete:
+            elif advances:
                 self._append_reply(rec, obs, msgs)
             # else: a later request already moved the conversation on, or cut short
-        self.store.save_conversation(rec)
+        self._w.conversation(rec)
+        if own_txn:
+            self._commit_soon(rec.id)
 
     def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
         """Make the reply the end of the conversation's history."""
@@ -522,6 +611,8 @@ class Tracker:
         while self._recs:
             cid, rec = next(iter(self._recs.items()))
             if len(self._recs) > self.config.max_conversations or now - rec.last_seen > ttl:
+                if self._replica is not None and self._replica.busy(cid):
+                    break  # being committed: not now
                 self._recs.popitem(last=False)
                 dead.append(cid)
             else:
@@ -529,13 +620,20 @@ class Tracker:
         if not dead:
             return
         for cid in dead:
-            self._pending.pop(cid, None)
-            ns = self.index.namespace_of(cid)
-            self.index.remove(cid)
-            self._hot.forget(cid)
-            if ns is not None:
-                self.normalizer.forget(ns, cid)
-        self.store.delete(dead)
+            self._forget_local(cid)
+            self._gens.pop(cid, None)
+        self._w.forget(dead)
+
+    def _forget_local(self, cid: str) -> None:
+        """Drop everything this process keeps of ``cid`` but its record (see
+        :meth:`_evict` and :meth:`ReplicaSync._drop`)."""
+        self._pending.pop(cid, None)
+        ns = self.index.namespace_of(cid)
+        self.index.remove(cid)
+        self._hot.forget(cid)
+        self._resynced.discard(cid)
+        if ns is not None:
+            self.normalizer.forget(ns, cid)
 
     def _unseen(self, rec: ConversationRecord, snap: Snapshot) -> tuple[Message, ...]:
         known = set(rec.digests)
@@ -552,8 +650,8 @@ class Tracker:
                 hot.cum, hot.tokenizer = cum, tokenizer
         self.lines.remember(self.index, rec.id, p.new)
         if write:
-            self.store.put_timeline(rec.id, entry)
-            self.store.save_conversation(rec)
+            self._w.timeline(rec, entry)
+            self._w.conversation(rec)
 
     def _settle(self, conversation_id: str, write: bool = True) -> None:
         p = self._pending.pop(conversation_id, None)
@@ -561,9 +659,9 @@ class Tracker:
         if p is not None and rec is not None:
             self._account(rec, p, write)
 
-    def _put_blob(self, key: str, text: str) -> None:
+    def _put_blob(self, rec: ConversationRecord, key: str, text: str) -> None:
         self._hot.keep_blob(key, text)
-        self.store.put_blob(key, text)
+        self._w.blob(rec, key, text)
 
     def _ensure_warm(self, model: str | None) -> None:
         if model and self.accounting.claim_warm(model):

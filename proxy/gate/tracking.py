@@ -14,6 +14,9 @@ from proxy.server.hooks import Decision, Exchange
 
 __all__ = ["TrackingInterceptor", "TrackingTap"]
 
+#: Attempts to record a request when other replicas keep changing its conversation first.
+COMMIT_ATTEMPTS = 5
+
 
 class TrackingInterceptor:
     """An :class:`~proxy.server.hooks.Interceptor` that only tracks: every request is
@@ -29,8 +32,13 @@ class TrackingInterceptor:
             return Decision()
 
         async def track() -> Decision:
-            obs = await self.tracker.observe(ex, defer_accounting=True)
-            if obs is None:
+            for _attempt in range(COMMIT_ATTEMPTS):
+                obs = await self.tracker.observe(ex, defer_accounting=True)
+                if obs is None:
+                    return Decision()
+                if await self.tracker.commit(obs.conversation_id):  # a shared store: CAS
+                    break
+            else:
                 return Decision()
             return Decision(conversation_id=obs.conversation_id, tap=self.tracker.tap(obs))
 

@@ -10,6 +10,7 @@ to the app's lifecycle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from aiohttp import web
 from ..metrics import METRICS_KEY
 from ..policy import PolicyHolder
 from ..policy.detectors import policy_catalog
+from ..state.protocol import StateUnavailable
 from . import events as events_mod
 from . import spill as spill_mod
 from .interceptor import GateInterceptor
@@ -53,7 +55,15 @@ def install_gate(
     if metrics is not None:  # count the gate's decisions where /metrics serves them
         gate.metrics = metrics
         tracker = gate.tracker
-        metrics.track_conversations(lambda: len(tracker.conversations()))
+        if tracker.shared:  # every replica's conversations: counted in the store at scrape
+
+            async def count_conversations() -> None:
+                with contextlib.suppress(StateUnavailable):
+                    metrics.set_conversations_tracked((await tracker.recent(limit=1))[0])
+
+            metrics.before_scrape.append(count_conversations)
+        else:
+            metrics.track_conversations(lambda: len(tracker.conversations()))
     if conversations_api:
         from .api import add_gate_routes
 
@@ -89,32 +99,74 @@ def warm_catalog(policy: Any) -> None:
         Catalog.load_default()
 
 
-def build_tracker(config: Any) -> Any:
+def build_store(config: Any) -> Any:
+    """The state store ``config.state`` names: Redis (shared by every replica), SQLite
+    (one process; shared in WAL mode by ``server.workers`` > 1 processes) or memory."""
+    state, workers = config.state, config.server.workers
+    if state.backend == "redis":
+        from ..state.redis import RedisStore
+
+        return RedisStore(
+            state.url,
+            prefix=state.key_prefix,
+            ttl_seconds=float(state.ttl_seconds),
+            timeout=float(state.timeout_seconds),
+        )
+    if state.backend == "sqlite":
+        if workers > 1:
+            from ..state.sqlite_shared import SharedSQLiteStore
+
+            return SharedSQLiteStore(state.file)
+        from ..state.sqlite import SQLiteStore
+
+        return SQLiteStore(state.file)
+    if workers > 1:
+        raise ValueError("state.backend memory cannot be shared by several workers: use sqlite or redis")
     from ..state.memory import MemoryStore
+
+    return MemoryStore()
+
+
+def build_tracker(config: Any) -> Any:
     from .tracker import Tracker, TrackerConfig
 
     state = config.state
-    if state.backend == "sqlite":
-        from ..state.sqlite import SQLiteStore
+    return Tracker(
+        build_store(config),
+        TrackerConfig(ttl_seconds=float(state.ttl_seconds), max_conversations=state.max_conversations),
+    )
 
-        store: Any = SQLiteStore(state.file)
-    else:
-        store = MemoryStore()
-    return Tracker(store, TrackerConfig(ttl_seconds=float(state.ttl_seconds), max_conversations=state.max_conversations))
+
+def spill_storage(config: Any, tracker: Any) -> Any:
+    """Where spilled regions persist: with the Redis state; beside the SQLite state
+    (``state.sqlite3`` → ``state.spill.sqlite3``); nowhere (memory only) with memory."""
+    state = config.state
+    if state.backend == "redis":
+        return tracker.store.spills()
+    if state.backend == "sqlite":
+        from ..state.spill import SQLiteSpills
+
+        return SQLiteSpills(state.file.with_suffix(".spill.sqlite3"))
+    return None
 
 
 def spill_path(config: Any) -> Path | None:
-    """Where spilled regions are kept: beside the SQLite state (``state.sqlite3`` →
-    ``state.spill.sqlite3``); ``None`` (memory only) with the memory backend."""
+    """The spill file beside the SQLite state (``None`` for other backends)."""
     state = config.state
     return state.file.with_suffix(".spill.sqlite3") if state.backend == "sqlite" else None
 
 
 def build_gate(config: Any, *, tracker: Any | None = None) -> GateInterceptor:
     """Raises :class:`proxy.yamlconf.ConfigError` (file:line) for a bad policy."""
+    from .interceptor import GateConfig
+
     holder = PolicyHolder(config.policy)
-    spill = spill_mod.SpillStore(path=spill_path(config))
-    return GateInterceptor(tracker if tracker is not None else build_tracker(config), holder, spill=spill)
+    tracker = tracker if tracker is not None else build_tracker(config)
+    spill = spill_mod.SpillStore(storage=spill_storage(config, tracker))
+    events = events_mod.StoreEventLog(tracker) if tracker.shared else None
+    return GateInterceptor(
+        tracker, holder, spill=spill, events=events, config=GateConfig(fail_open=config.gate.fail_open)
+    )
 
 
 def create_gate_app(config: Any) -> web.Application:

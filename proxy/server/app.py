@@ -10,6 +10,7 @@ finished its graceful-shutdown wait.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -225,7 +226,9 @@ def create_app(
     )
     app[CONFIG_KEY] = config
     app[INTERCEPTOR_KEY] = interceptor if interceptor is not None else NoopInterceptor()
-    app[METRICS_KEY] = metrics if metrics is not None else Metrics()
+    if metrics is None:  # one of several workers: every worker's values, added up
+        metrics = Metrics(multiprocess=config.server.workers > 1 and bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")))
+    app[METRICS_KEY] = metrics
     app[INFLIGHT_KEY] = InFlight()
     app.cleanup_ctx.append(_session_ctx)
     app.router.add_get("/healthz", healthz)

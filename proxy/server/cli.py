@@ -8,6 +8,7 @@ import importlib
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from typing import TextIO
 
 from proxy import __version__
@@ -15,6 +16,7 @@ from proxy.config import ConfigError, ProxyConfig
 from proxy.serve_args import add_arguments, effective_config
 from proxy.server.logs import configure_logging
 from proxy.server.runner import AppFactory, RunningServer, serve
+from proxy.server.workers import refuse_reason, run_workers, worker_ready
 
 __all__ = ["APP_FACTORY", "add_arguments", "banner", "load_app_factory", "run"]
 
@@ -34,13 +36,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"compaction-gate: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.server.log_level)
+    reason = refuse_reason(config)
+    if reason is not None:
+        print(f"compaction-gate: {reason}", file=sys.stderr)
+        return 2
+    worker = getattr(args, "worker_index", None) is not None
+    if config.server.workers > 1 and not worker:
+        return run_workers(config, args, lambda c, host, port: print_banner(c, _Bound(host, port)))
     try:
         app = load_app_factory(APP_FACTORY)(config)  # e.g. a bad policy file fails here
     except ConfigError as exc:
         print(f"compaction-gate: configuration error:\n{exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # e.g. a state backend that cannot serve this configuration
+        print(f"compaction-gate: {exc}", file=sys.stderr)
+        return 2
+    on_listening = (lambda server: worker_ready()) if worker else (lambda server: print_banner(config, server))
     try:
-        serve(config, app=app, on_listening=lambda server: print_banner(config, server))
+        serve(config, app=app, on_listening=on_listening, reuse_port=worker)
     except OSError as exc:  # binding the socket: a busy port, a bad address, no permission
         print(f"compaction-gate: cannot listen on {config.server.host}:{config.server.port}: {_reason(exc)}", file=sys.stderr)
         return 1
@@ -68,7 +81,15 @@ def _exit_without_waiting() -> None:
         os._exit(0)
 
 
-def banner(config: ProxyConfig, server: RunningServer) -> str:
+@dataclass(frozen=True)
+class _Bound:
+    """Where the workers of ``--workers N`` listen (what the banner needs of a server)."""
+
+    host: str
+    port: int
+
+
+def banner(config: ProxyConfig, server: RunningServer | _Bound) -> str:
     """What ``serve`` prints on stdout once it listens: where, the base URLs to give each
     kind of client, the policy and where the state lives (logs stay JSON on stderr)."""
     host = server.host
@@ -76,7 +97,10 @@ def banner(config: ProxyConfig, server: RunningServer) -> str:
     origin = f"http://{'127.0.0.1' if wildcard else (f'[{host}]' if ':' in host else host)}:{server.port}"
     where = f"{origin} (all interfaces)" if wildcard else origin
     state = config.state
-    stored = f"sqlite at {state.file}" if state.backend == "sqlite" else "memory (lost on exit)"
+    stored = state.where
+    workers = config.server.workers
+    if workers > 1:
+        stored += f"    workers: {workers}"
     access = "admin key required" if config.gate.admin_key else "loopback clients only; set gate.admin_key to allow others"
     return (
         f"compaction-gate {__version__} listening on {where}\n"
@@ -87,7 +111,7 @@ def banner(config: ProxyConfig, server: RunningServer) -> str:
     )
 
 
-def print_banner(config: ProxyConfig, server: RunningServer, out: TextIO | None = None) -> None:
+def print_banner(config: ProxyConfig, server: RunningServer | _Bound, out: TextIO | None = None) -> None:
     stream = out or sys.stdout
     stream.write(banner(config, server))
     stream.flush()

@@ -157,6 +157,13 @@ class ResponseTap(Protocol):
     (the default) the server then sends a JSON response first and calls ``feed_json``
     in the next event-loop step, before it processes any request that arrives later,
     so recording the reply is off the response's critical path.
+
+    Optional attribute ``settles`` with a coroutine ``settle()``: a tap that sets it to
+    ``True`` is awaited (``await tap.settle()``) after its terminal ``feed_json`` or
+    ``finish`` and before the end of the response is sent (the JSON body, or the SSE
+    stream's final bytes and end): what it records about the response (the reply, in a
+    store shared by several replicas) is committed before the client can send its next
+    request. Such a tap's ``feed_json`` is called before the body is sent.
     """
 
     def feed_json(self, status: int, body: bytes) -> bytes:

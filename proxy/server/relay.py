@@ -157,7 +157,8 @@ async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
         raise
     rec.upstream_wait += time.perf_counter() - t
 
-    if getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
+    settles = getattr(tap, "settles", False) is True
+    if not settles and getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
         # the tap only observes: send first, feed it in the next loop step (see hooks)
         asyncio.get_running_loop().call_soon(_feed_json_later, tap, up.status, raw, rec, secret)
         rec.bytes_out = len(raw)
@@ -180,8 +181,21 @@ async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
                 decision,
             )
         body = raw
+    if settles:
+        await _settle(tap, rec, secret)
     rec.bytes_out = len(body)
     return r.response(body)
+
+
+async def _settle(tap: ResponseTap | None, rec: RequestRecord, secret: str | None) -> None:
+    """Await a settling tap (see :class:`~proxy.server.hooks.ResponseTap`); a failure is
+    logged and the response goes on."""
+    if tap is None or getattr(tap, "settles", False) is not True:
+        return
+    try:
+        await tap.settle()  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - recording must never lose the response
+        log_gate_failure("tap.settle", exc, secret, rec)
 
 
 def _feed_json_later(tap: ResponseTap, status: int, raw: bytes, rec: RequestRecord, secret: str | None) -> None:
@@ -217,6 +231,8 @@ class _TapGuard:
         self.rec = rec
         self.secret = secret
         self.spent = 0.0
+        #: the tap once finished, awaited by ``settle`` before the stream ends
+        self.settling: ResponseTap | None = None
 
     def _fail(self, where: str, exc: Exception) -> None:
         log_gate_failure(where, exc, self.secret, self.rec)
@@ -246,7 +262,7 @@ class _TapGuard:
             out = self.tap.finish()
             if not isinstance(out, list) or not all(isinstance(e, (bytes, bytearray)) for e in out):
                 raise TypeError("finish must return a list of bytes")
-            self.tap = None
+            self.settling, self.tap = self.tap, None
             return out
         except Exception as exc:  # noqa: BLE001
             self._fail("tap.finish", exc)
@@ -294,6 +310,7 @@ async def _relay_stream(r: _Relay, tap: ResponseTap | None) -> web.StreamRespons
             if rest:
                 tail.extend(guard.event(rest))
             tail.extend(guard.finish())
+            await _settle(guard.settling, rec, r.secret)
             await send(tail)
     except asyncio.CancelledError:
         rec.error = "client_disconnected"

@@ -68,9 +68,10 @@ class RunningServer:
 
 
 async def start_server(
-    app: web.Application, host: str, port: int, *, shutdown_grace_seconds: float = 30.0
+    app: web.Application, host: str, port: int, *, shutdown_grace_seconds: float = 30.0, reuse_port: bool = False
 ) -> RunningServer:
-    """Start ``app`` on ``host:port`` (``port=0`` picks a free port)."""
+    """Start ``app`` on ``host:port`` (``port=0`` picks a free port). ``reuse_port``: bind
+    with ``SO_REUSEPORT``, beside the other workers of ``serve --workers N``."""
     if INFLIGHT_KEY not in app:
         app[INFLIGHT_KEY] = InFlight()
     runner = GateAppRunner(
@@ -81,7 +82,7 @@ async def start_server(
         shutdown_timeout=CUT_WAIT,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     try:
         await site.start()
     except BaseException:
@@ -95,12 +96,18 @@ async def start_server(
     return RunningServer(runner=runner, host=host, port=bound, grace=shutdown_grace_seconds)
 
 
-async def _serve(config: ProxyConfig, app: web.Application, on_listening: Callable[[RunningServer], None] | None) -> None:
+async def _serve(
+    config: ProxyConfig,
+    app: web.Application,
+    on_listening: Callable[[RunningServer], None] | None,
+    reuse_port: bool = False,
+) -> None:
     server = await start_server(
         app,
         config.server.host,
         config.server.port,
         shutdown_grace_seconds=config.server.shutdown_grace_seconds,
+        reuse_port=reuse_port,
     )
     if on_listening is not None:
         on_listening(server)
@@ -136,6 +143,7 @@ def serve(
     *,
     app: web.Application | None = None,
     on_listening: Callable[[RunningServer], None] | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """Run the proxy in the foreground until SIGINT/SIGTERM.
 
@@ -145,4 +153,4 @@ def serve(
     """
     served = app if app is not None else create_app(config, interceptor)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config, served, on_listening))
+        asyncio.run(_serve(config, served, on_listening, reuse_port))

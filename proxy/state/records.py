@@ -24,6 +24,7 @@ from proxy.core.messages import Message, Part, make_message
 from proxy.core.redaction import redact_secrets
 
 __all__ = [
+    "COMPACTION_KINDS",
     "ConversationRecord",
     "GateEvent",
     "TimelineEntry",
@@ -31,6 +32,11 @@ __all__ = [
     "message_to_json",
     "stored_text",
 ]
+
+
+#: Timeline transitions that rewrote the history (the relation ``compacted`` until the
+#: policy layer classifies it).
+COMPACTION_KINDS = frozenset({"compacted", "summarize", "truncate", "mask", "edit", "reset"})
 
 
 def stored_text(text: str) -> str:
@@ -153,18 +159,34 @@ class ConversationRecord:
     #: The gate's state of the conversation (sticky repair, armed tripwire, the bindings
     #: it lost), as :meth:`proxy.gate.convstate.ConversationState.to_dict`; never secrets.
     gate_state: dict[str, Any] | None = None
+    #: Counters of the whole timeline (kept with the record, so a listing needs no
+    #: timeline): requests whose transition rewrote the history, side requests, and the
+    #: relation of the latest request.
+    compactions: int = 0
+    side_requests: int = 0
+    last_relation: str | None = None
+    #: The version of the record in a shared store (a new random token per committed
+    #: change; :mod:`proxy.state.protocol`); "" when not stored there.
+    etag: str = ""
     timeline: list[TimelineEntry] = field(default_factory=list)
     events: list[GateEvent] = field(default_factory=list)
 
     _META = (
         "id", "tenant", "namespace", "created", "last_seen", "model", "dialect", "explicit_id",
         "explicit_source", "parent_id", "system_hash", "tools_hash", "request_len", "tokens",
-        "window", "exact", "seq", "event_seq",
+        "window", "exact", "seq", "event_seq", "compactions", "side_requests", "last_relation",
     )  # fmt: skip
 
     @property
     def share(self) -> float | None:
         return round(self.tokens / self.window, 4) if self.window else None
+
+    def count_from_timeline(self) -> None:
+        """Set the timeline counters from the timeline itself (records stored before
+        they existed)."""
+        self.compactions = sum(1 for t in self.timeline if t.transition in COMPACTION_KINDS)
+        self.side_requests = sum(1 for t in self.timeline if t.relation == "side_request")
+        self.last_relation = self.timeline[-1].relation if self.timeline else None
 
     def meta_dict(self) -> dict[str, Any]:
         """A snapshot of the metadata (cheap; stores serialise it off the loop)."""

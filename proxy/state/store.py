@@ -1,17 +1,35 @@
-"""The state store interface.
+"""The state store interface: everything the gate remembers lives behind it.
 
-The tracker keeps the live state in memory and writes through to a store; the store makes
-it durable and lets cold conversations be re-hydrated. Write methods never block the
-caller (they enqueue; implementations batch them off the event loop). Reads are
-coroutines and always see every write enqueued before them (read-your-writes).
+Conversation records and histories (message digests; message texts stored once by
+digest), text blobs (system prompts, tool lists), token timelines, the gate's own state
+of each conversation (sticky repairs, armed tripwires, what a compaction lost — in
+``ConversationRecord.gate_state``), events, and spilled regions (:mod:`proxy.state.spill`).
+
+Two kinds of store:
+
+- A *sole* store (``shared`` false: memory, SQLite for one process) is written only by
+  this process. The tracker keeps the live state in memory and writes through to it;
+  the store makes it durable and lets cold conversations be re-hydrated. Write methods
+  never block the caller (they enqueue; implementations batch them off the event loop).
+  Reads are coroutines and always see every write enqueued before them.
+- A *shared* store (``shared`` true: Redis, SQLite for ``serve --workers N``) is written
+  by several processes. What a process keeps in memory is only a cache, validated on
+  every request (:meth:`sync`) and changed only through versioned compare-and-set
+  commits (:meth:`commit`); reads for the API come from the store. The protocol is
+  described in :mod:`proxy.state.protocol`.
+
+Secrets never reach a store: every writer serialises through :mod:`proxy.state.records`,
+which redacts them (:mod:`proxy.core.redaction`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from typing import Any
 
 from proxy.core.messages import Message
+from proxy.state.protocol import Commit, Committed, SideWrite, Synced
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
 
 __all__ = ["Store"]
@@ -20,6 +38,11 @@ __all__ = ["Store"]
 class Store(ABC):
     """Durable conversation state: records, messages by digest, text blobs by hash,
     timeline entries and events."""
+
+    #: Written by other processes too: caches must be validated (see the module docstring).
+    shared: bool = False
+    #: What the store is, for the banner and logs (never a credential).
+    describe: str = "store"
 
     async def open(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Prepare the store (create schema, start workers)."""
@@ -67,3 +90,58 @@ class Store(ABC):
     def delete(self, conversation_ids: Iterable[str]) -> None:
         """Delete conversations with their timeline and events; messages and blobs no
         longer referenced may be garbage-collected later."""
+
+    # -- shared stores (see proxy.state.protocol); a sole store never gets these calls
+
+    async def sync(
+        self, tenant: str, namespace: str, cursor: int, *, reload: Iterable[str] = (), bodies: int = 256
+    ) -> Synced:
+        """The conversations of ``namespace`` changed since namespace version
+        ``cursor``, plus the ``reload`` ones in full; tails of at most ``bodies``
+        digests come with their messages."""
+        raise NotImplementedError
+
+    async def commit(self, change: Commit) -> Committed:
+        """Apply ``change`` if the record still has etag ``change.expect``."""
+        raise NotImplementedError
+
+    async def side(self, writes: Iterable[SideWrite]) -> None:
+        """Apply writes that need no compare-and-set, in order."""
+        raise NotImplementedError
+
+    async def read_conversation(self, conversation_id: str, max_timeline: int = 1000) -> ConversationRecord | None:
+        """One conversation with its history digests, last timeline entries and events."""
+        raise NotImplementedError
+
+    async def recent_conversations(self, *, tenant: str | None = None, limit: int = 200) -> tuple[int, list[ConversationRecord]]:
+        """How many conversations there are (of ``tenant``), and the ``limit`` most
+        recently seen (records only: no digests, timeline or events)."""
+        raise NotImplementedError
+
+    async def conversation_messages(self, rec: ConversationRecord, digests: Iterable[str]) -> dict[str, Message]:
+        """Messages of conversation ``rec`` by digest (default: :meth:`load_messages`)."""
+        return await self.load_messages(digests)
+
+    async def conversation_blobs(self, rec: ConversationRecord, keys: Iterable[str]) -> dict[str, str]:
+        """Text blobs of conversation ``rec`` (default: :meth:`load_blobs`)."""
+        return await self.load_blobs(keys)
+
+    async def log(
+        self,
+        *,
+        since: int = 0,
+        limit: int = 100,
+        conversation: str | None = None,
+        action: str | None = None,
+        kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The store-wide event log, oldest first, filtered like ``GET /gate/events``."""
+        raise NotImplementedError
+
+    async def sweep(self, now: float, ttl_seconds: float, max_conversations: int) -> int:
+        """Forget conversations idle longer than the TTL or beyond the maximum (oldest
+        first); returns how many. Safe to run from every process."""
+        return 0
+
+    async def ping(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Raise :class:`~proxy.state.protocol.StateUnavailable` unless reachable."""

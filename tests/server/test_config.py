@@ -106,10 +106,13 @@ def test_missing_env_var_names_file_line_and_var(tmp_path: Path) -> None:
         ("server:\n  read_timeout: -1\n", 2, "read_timeout must be positive"),
         ("gate:\n  fail_open: maybe\n", 2, "gate.fail_open: expected boolean, got string"),
         (
-            "state:\n  backend: redis\n",
+            "state:\n  backend: postgres\n",
             2,
-            "invalid value 'redis' (expected one of: sqlite, memory)",
+            "invalid value 'postgres' (expected one of: sqlite, memory, redis)",
         ),
+        ("state:\n  backend: redis\n", 2, "backend redis needs url"),
+        ("state:\n  backend: redis\n  url: http://x:6379\n", 3, "url must be a redis://"),
+        ("server:\n  workers: 0\n", 2, "workers must be between 1 and 256"),
         (
             "upstreams:\n  - name: a\n    base_url: ftp://x\n",
             3,

@@ -1,0 +1,315 @@
+"""The tracker as one replica of a shared store (:mod:`proxy.state.protocol`).
+
+With a shared store what the tracker holds in memory — records, the lineage index, hot
+snapshots — is a cache of the store, kept current and never trusted on its own:
+
+- before a request is matched, :meth:`ReplicaSync._sync` applies what other processes
+  changed in its namespace since this one last looked (only the changed tails of
+  histories, with their messages when few);
+- a request of a conversation whose previous change is still being committed here
+  waits for that commit (:meth:`ReplicaSync._wait_turn`), so this process never builds
+  on a change the store may refuse;
+- a refused commit (another replica changed the conversation first) or one whose
+  outcome is unknown (the store went away) drops the conversation from the cache; it
+  is read again in full at the next sync (:meth:`ReplicaSync._drop`), and the request
+  is decided again on that state;
+- when the store comes back after an outage everything cached is dropped
+  (:meth:`ReplicaSync._reset_cache`): other replicas may have moved on meanwhile.
+
+This module is a mixin of :class:`~proxy.gate.tracker.Tracker`: it works on the
+tracker's own structures, declared below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Container
+from typing import TYPE_CHECKING
+
+from proxy.core.lineage import History, LineageIndex
+from proxy.core.messages import Snapshot
+from proxy.gate.hints import LineMemory
+from proxy.gate.hot import HotHistories
+from proxy.gate.ledger import PendingCount
+from proxy.gate.observation import Observation
+from proxy.gate.quiet import QuietQueue
+from proxy.gate.writes import Replica
+from proxy.state.protocol import Changed, StateUnavailable
+from proxy.state.records import ConversationRecord
+from proxy.state.store import Store
+
+if TYPE_CHECKING:
+    from proxy.gate.normalize import IncrementalNormalizer
+
+__all__ = ["SWEEP_SECONDS", "ReplicaSync"]
+
+log = logging.getLogger("proxy.gate.tracker")
+
+#: How often a replica sweeps expired conversations out of the shared store.
+SWEEP_SECONDS = 60.0
+
+
+class _Taken(Container[str]):
+    """Ids a new conversation must not take: this process's and those the store said
+    were taken elsewhere."""
+
+    def __init__(self, a: Container[str], b: Container[str]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
+class ReplicaSync:
+    """See the module docstring."""
+
+    store: Store
+    index: LineageIndex
+    lines: LineMemory
+    normalizer: IncrementalNormalizer
+    clock: Callable[[], float]
+    _recs: OrderedDict[str, ConversationRecord]
+    _hot: HotHistories
+    _pending: dict[str, PendingCount]
+    _replica: Replica | None
+    _resynced: set[str]
+    _sweeper: asyncio.Task[None] | None
+    _later: QuietQueue[Callable[[], None]]
+    _gens: dict[str, int]
+
+    def _replaced(self, cid: str) -> None:
+        self._gens[cid] = self._gens.get(cid, 0) + 1
+
+    def _history(self, rec: ConversationRecord) -> History:
+        raise NotImplementedError
+
+    def _forget_local(self, cid: str) -> None:
+        raise NotImplementedError
+
+    def settle_all(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def shared(self) -> bool:
+        """Whether the store is shared with other processes."""
+        return self._replica is not None
+
+    # -- lifecycle
+
+    def _start_replica(self) -> None:
+        recovered = getattr(self.store, "recovered", None)
+        if isinstance(recovered, list):
+            recovered.append(self._reset_cache)
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _stop_replica(self) -> None:
+        task, self._sweeper = self._sweeper, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        rep = self._replica
+        if rep is not None:
+            for cid in list(rep.txns):
+                with contextlib.suppress(Exception):
+                    await self.commit(cid)
+            with contextlib.suppress(StateUnavailable):
+                await rep.flush()
+
+    async def _sweep_forever(self) -> None:
+        config = getattr(self, "config", None)
+        ttl = float(getattr(config, "ttl_seconds", 7 * 24 * 3600.0))
+        most = int(getattr(config, "max_conversations", 10_000))
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                await self.store.sweep(self.clock(), ttl, most)
+            except StateUnavailable:
+                pass
+            except Exception:
+                log.exception("state: sweep failed")
+
+    def _reset_cache(self) -> None:
+        """Forget everything cached (the store came back; others may have moved on)."""
+        rep = self._replica
+        if rep is None:
+            return
+        for cid in [c for c in self._recs if rep.busy(c) is None]:
+            self._recs.pop(cid, None)
+            self._forget_local(cid)
+        rep.cursors.clear()
+        rep.seen.clear()
+        rep.reload.clear()
+
+    # -- sync
+
+    async def _sync(self, tenant: str, namespace: str) -> None:
+        rep = self._replica
+        assert rep is not None
+        reload = rep.reload.pop(namespace, set())
+        try:
+            synced = await self.store.sync(tenant, namespace, rep.cursors.get(namespace, 0), reload=reload)
+        except BaseException:
+            if reload:
+                rep.reload.setdefault(namespace, set()).update(reload)
+            raise
+        for ch in synced.changed:
+            self._adopt(ch)
+        rep.cursors[namespace] = max(rep.cursors.get(namespace, 0), synced.cursor)
+
+    def _adopt(self, ch: Changed) -> None:
+        """Make the cache hold the stored state ``ch`` describes."""
+        rep = self._replica
+        assert rep is not None
+        new = ch.record
+        cid = new.id
+        if rep.busy(cid) is not None:  # being committed here: read it again afterwards
+            rep.reload.setdefault(new.namespace, set()).add(cid)
+            return
+        if ch.ver and ch.ver < rep.seen.get(cid, 0):
+            return  # an older answer than what is cached
+        old = self._recs.get(cid)
+        if old is not None and old.etag == new.etag:
+            rep.seen[cid] = max(ch.ver, rep.seen.get(cid, 0))
+            return
+        if ch.keep and (old is None or ch.keep > len(old.digests)):
+            rep.reload.setdefault(new.namespace, set()).add(cid)
+            return
+        new.digests = (old.digests[: ch.keep] if old is not None else ()) + ch.tail
+        if old is not None:
+            new.timeline, new.events = old.timeline, old.events
+            if old.namespace != new.namespace:
+                self._forget_local(cid)
+                old = None
+        self._recs[cid] = new
+        self._recs.move_to_end(cid)
+        self._replaced(cid)
+        self.index.upsert(self._history(new), ch.keep if old is not None else 0)
+        self._refresh_hot(old, new, ch)
+        rep.seen[cid] = ch.ver
+        self._resynced.add(cid)
+
+    def _refresh_hot(self, old: ConversationRecord | None, new: ConversationRecord, ch: Changed) -> None:
+        """Extend the hot snapshot by the changed tail when its messages came along,
+        else let the conversation go cold (hydrated when a request needs it)."""
+        cid = new.id
+        hot = self._hot.get(cid)
+        msgs = ch.messages
+        if msgs is not None and ch.tail:
+            self.lines.remember(self.index, cid, tuple(msgs[d] for d in ch.tail))
+        if hot is None:
+            return
+        same_frame = old is not None and (old.system_hash, old.tools_hash, old.dialect) == (
+            new.system_hash,
+            new.tools_hash,
+            new.dialect,
+        )
+        base = hot.snapshot
+        if msgs is None or not same_frame or ch.keep > len(base.messages):
+            self._hot.forget(cid)
+            return
+        tail = tuple(msgs[d] for d in ch.tail)
+        hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: ch.keep] + tail, base.tools, new.model)
+        del hot.cum[ch.keep + 1 :]
+
+    def _drop(self, cid: str) -> None:
+        """Forget ``cid`` (a refused or unknown commit); read it again at the next sync."""
+        rec = self._recs.pop(cid, None)
+        self._forget_local(cid)
+        self._replaced(cid)
+        rep = self._replica
+        if rep is not None:
+            rep.seen.pop(cid, None)
+            if rec is not None and rec.etag:
+                rep.reload.setdefault(rec.namespace, set()).add(cid)
+
+    async def _wait_turn(self, tenant: str, namespace: str, cid: str) -> bool:
+        """Wait for the commit of ``cid`` in progress here, if any; ``True`` when there
+        was one (then the cache was synced again: match again)."""
+        rep = self._replica
+        assert rep is not None
+        busy = rep.busy(cid)
+        if busy is None:
+            return False
+        with contextlib.suppress(Exception):
+            await asyncio.shield(busy)
+        await self._sync(tenant, namespace)
+        return True
+
+    def _taken(self) -> Container[str]:
+        rep = self._replica
+        assert rep is not None
+        return _Taken(self._recs, rep.taken)
+
+    # -- commits
+
+    async def commit(self, conversation_id: str) -> bool:
+        """Commit what this request (or reply) changed in the conversation; ``False``
+        when the store refused it (another replica changed the conversation first: the
+        conversation is dropped from the cache and the caller decides again). Raises
+        :class:`~proxy.state.protocol.StateUnavailable` when the store is unreachable
+        (the conversation is dropped too). Always ``True`` with a sole store."""
+        rep = self._replica
+        if rep is None:
+            return True
+        try:
+            res = await rep.commit(conversation_id)
+        except BaseException:
+            self._drop(conversation_id)
+            raise
+        if not res.ok:
+            self._drop(conversation_id)
+        return res.ok
+
+    def abandon(self, conversation_id: str) -> None:
+        """Give up what the current request changed in the conversation (never
+        committed; the conversation is read again from the store)."""
+        rep = self._replica
+        if rep is not None and rep.busy(conversation_id) is not None:
+            rep.abort(conversation_id)
+            self._drop(conversation_id)
+
+    def _commit_soon(self, cid: str) -> None:
+        """Commit a reply's changes in the background (awaited by :meth:`acknowledge`)."""
+
+        async def run() -> None:
+            try:
+                await self.commit(cid)
+            except StateUnavailable as exc:
+                log.warning("state: a reply was not recorded (%s)", exc.reason)
+            except Exception:
+                log.exception("state: committing a reply failed")
+
+        asyncio.get_running_loop().create_task(run())
+
+    async def flush_writes(self) -> None:
+        """Wait until this process's writes so far reached a shared store (replies
+        recorded, side writes sent); raises
+        :class:`~proxy.state.protocol.StateUnavailable` when they could not be."""
+        rep = self._replica
+        if rep is None:
+            return
+        self.settle_all()
+        for fut in [t.done for t in rep.txns.values()]:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(fut)
+        await rep.flush()
+
+    async def acknowledge(self, obs: Observation) -> None:
+        """Return once everything recorded for ``obs`` so far — its reply, the events
+        of its response — is committed to a shared store (at once with a sole store):
+        the server awaits this before the response ends, so what a client was answered
+        is what every replica sees next."""
+        rep = self._replica
+        if rep is None:
+            return
+        self._later.drain()  # records the reply (and opens its commit)
+        busy = rep.busy(obs.conversation_id)
+        if busy is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(busy)
+        with contextlib.suppress(StateUnavailable):
+            await rep.flush()

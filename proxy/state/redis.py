@@ -1,0 +1,584 @@
+"""Redis store: the shared state of several replicas (``state.backend: redis``).
+
+Implements the shared-store protocol (:mod:`proxy.state.protocol`) with one Lua script
+per atomic step (:mod:`proxy.state.redis_scripts`, which also documents the key layout):
+a commit is a compare-and-set on the conversation's etag, so two replicas changing one
+conversation at once never lose an update, and every reply Redis acknowledged is a
+committed write that any replica's next read sees. Keys are namespaced by
+``state.key_prefix`` and scoped by tenant hash; a conversation's keys expire
+``ttl_seconds`` after its last commit; the store-wide ones are capped and swept.
+
+The client is ``redis.asyncio``. Calls made in the same event-loop step go to Redis in
+one pipeline (a request's sync and another's commit share a round trip), one pipeline
+at a time. The client never retries on its own: a connection failure marks the store
+unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
+backoff that doubles from 0.1 s to 5 s; the first call after it tries again (a new
+connection), and success marks it available and runs the ``recovered`` callbacks. The
+URL's password never appears in what the store says about itself (:attr:`describe`),
+in its errors or in logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from proxy.core.messages import Message
+from proxy.state import redis_scripts as lua
+from proxy.state.protocol import (
+    Changed,
+    Commit,
+    Committed,
+    SideWrite,
+    StateUnavailable,
+    Stats,
+    Synced,
+)
+from proxy.state.records import (
+    ConversationRecord,
+    GateEvent,
+    TimelineEntry,
+    message_from_json,
+    message_to_json,
+    stored_text,
+)
+from proxy.state.spill import SpillRecord, SpillStorage, spill_from_row, spill_row
+from proxy.state.store import Store
+
+__all__ = ["RedisStore", "redact_url"]
+
+log = logging.getLogger(__name__)
+
+#: Conversations per page of a first sync of a namespace.
+SYNC_PAGE = 200
+#: Messages serialised off the event loop beyond this many characters in one write.
+THREAD_TEXT = 64 * 1024
+BACKOFF_FIRST = 0.1
+BACKOFF_MAX = 5.0
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its credentials (``redis://host:port/db``)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "redis://?"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _h(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def _s(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogatepass")
+    return "" if value is None else str(value)
+
+
+def _blob_bytes(text: str) -> bytes:
+    return stored_text(text).encode("utf-8", "surrogatepass")
+
+
+def _log_json(entry: dict[str, Any]) -> str:
+    d = {k: v for k, v in entry.items() if k != "id"}
+    return stored_text(json.dumps(d, separators=(",", ":"), default=str))
+
+
+def _stats_args(stats: Stats | None) -> list[Any]:
+    return ["", ""] if stats is None else [stats.seq, json.dumps(stats.as_list())]
+
+
+def _record(meta: Any, etag: Any, evseq: Any, stats: Any) -> ConversationRecord:
+    rec = ConversationRecord.from_row(_s(meta), "")
+    rec.etag = _s(etag)
+    with contextlib.suppress(TypeError, ValueError):
+        rec.event_seq = int(evseq)
+    st = Stats.of(json.loads(_s(stats))) if stats else None
+    if st is not None:
+        rec.tokens, rec.window, rec.exact = st.tokens, st.window, st.exact
+    return rec
+
+
+class _Pipeline:
+    """Runs the store's calls in pipelines: everything submitted while one is in flight
+    goes in the next (see the module docstring)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, *command: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((command, fut))
+        if self._task is None:
+            self._task = loop.create_task(self._run())
+        return fut
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._execute(batch)
+        finally:
+            self._task = None
+
+    async def _execute(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        from redis import exceptions as rx
+
+        store = self.store
+        try:
+            store._check_available()
+            results = await store._send([c for c, _ in batch])
+            if any(isinstance(r, rx.NoScriptError) for r in results):
+                await store._load_scripts()
+                redo = [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError)]
+                again = await store._send([batch[i][0] for i in redo])
+                for i, r in zip(redo, again, strict=True):
+                    results[i] = r
+        except StateUnavailable as exc:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
+            err = store._went_down(exc)
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        store._came_up()
+        for (_, fut), r in zip(batch, results, strict=True):
+            if fut.done():
+                continue
+            if isinstance(r, Exception):
+                fut.set_exception(StateUnavailable(f"redis refused a command: {r.__class__.__name__}", "error"))
+            else:
+                fut.set_result(r)
+
+
+class RedisStore(Store):
+    """A shared store in Redis at ``url`` (``redis://[:password@]host:port/db``,
+    ``rediss://`` for TLS). ``ttl_seconds``: a conversation's keys expire that long
+    after its last commit; ``max_timeline``/``max_events``: kept per conversation;
+    ``max_log``: the store-wide event log; ``timeout``: seconds to connect and per
+    call."""
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "cg",
+        ttl_seconds: float = 7 * 24 * 3600.0,
+        max_timeline: int = 1000,
+        max_events: int = 1000,
+        max_log: int = 5000,
+        timeout: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._url = url
+        self.describe = f"redis at {redact_url(url)}"
+        self.prefix = prefix
+        self.ttl = max(1, int(ttl_seconds))
+        self.max_timeline = max_timeline
+        self.max_events = max_events
+        self.max_log = max_log
+        self.timeout = timeout
+        self.clock = clock
+        self._client: Any = None
+        self._shas: dict[str, str] = {}
+        self._pipe = _Pipeline(self)
+        self.available = True
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_FIRST
+        self.last_error = ""
+        #: called (on the loop) when the store becomes reachable again after a failure
+        self.recovered: list[Callable[[], None]] = []
+        #: called with the error when the store becomes unreachable
+        self.lost: list[Callable[[StateUnavailable], None]] = []
+        self._spills = RedisSpills(self)
+
+    # -- connection and health
+
+    def _make_client(self) -> Any:
+        from redis.asyncio import Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        return Redis.from_url(
+            self._url,
+            socket_timeout=self.timeout,
+            socket_connect_timeout=self.timeout,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            health_check_interval=0,
+            decode_responses=False,
+        )
+
+    async def open(self) -> None:
+        """Connect and load the scripts; a Redis that is down does not stop the start
+        (requests fail open until it is back)."""
+        if self._client is None:
+            try:
+                self._client = self._make_client()
+            except ValueError as exc:  # a malformed URL: say so without quoting it
+                raise StateUnavailable(f"invalid redis URL ({exc.__class__.__name__})", "error") from None
+        with contextlib.suppress(StateUnavailable):
+            await self.ping()
+
+    async def close(self) -> None:
+        await self.flush()
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def flush(self) -> None:
+        await self._spills.flush()
+        task = self._pipe._task
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    async def ping(self) -> None:
+        await self._call("PING")
+
+    def _check_available(self) -> None:
+        if self._client is None:
+            raise StateUnavailable(f"{self.describe}: not open", "unreachable")
+        if not self.available and time.monotonic() < self._retry_at:
+            raise StateUnavailable(f"{self.describe} unreachable ({self.last_error}); retrying", "unreachable")
+
+    def _went_down(self, exc: BaseException) -> StateUnavailable:
+        from redis import exceptions as rx
+
+        reason = "timeout" if isinstance(exc, (rx.TimeoutError, TimeoutError)) else "unreachable"
+        self.last_error = exc.__class__.__name__
+        first = self.available
+        self.available = False
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(BACKOFF_MAX, self._backoff * 2)
+        self._shas.clear()  # a restarted Redis has no scripts
+        err = StateUnavailable(f"{self.describe} unreachable ({self.last_error})", reason)
+        if first:
+            log.warning("state: %s unreachable (%s); failing open until it is back", self.describe, self.last_error)
+            for fn in list(self.lost):
+                with contextlib.suppress(Exception):
+                    fn(err)
+        return err
+
+    def _came_up(self) -> None:
+        self._backoff = BACKOFF_FIRST
+        if self.available:
+            return
+        self.available = True
+        log.warning("state: %s reachable again", self.describe)
+        for fn in list(self.recovered):
+            try:
+                fn()
+            except Exception:
+                log.exception("state: recovery callback failed")
+
+    async def _load_scripts(self) -> None:
+        names = {"COMMIT": lua.COMMIT, "SIDE": lua.SIDE, "SYNC": lua.SYNC, "LIST": lua.LIST, "SWEEP": lua.SWEEP}
+        for name, text in names.items():
+            self._shas[name] = _s(await self._client.script_load(text))
+
+    async def _send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        if not self._shas:
+            await self._load_scripts()
+        pipe = self._client.pipeline(transaction=False)
+        for c in commands:
+            if c[0] == "SCRIPT":
+                _, name, keys, args = c
+                pipe.execute_command("EVALSHA", self._shas[name], len(keys), *keys, *args)
+            else:
+                pipe.execute_command(*c)
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def _call(self, *command: Any) -> Any:
+        return await self._pipe.submit(*command)
+
+    async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await self._pipe.submit("SCRIPT", name, tuple(keys), tuple(args))
+
+    # -- keys
+
+    def _t(self, tenant: str) -> str:
+        return f"{self.prefix}:t:{tenant}"
+
+    def _c(self, tenant: str, cid: str) -> str:
+        return f"{self._t(tenant)}:c:{_h(cid)}"
+
+    def _ns(self, tenant: str, namespace: str) -> str:
+        return f"{self._t(tenant)}:n:{_h(namespace)}"
+
+    # -- the shared protocol
+
+    async def sync(
+        self, tenant: str, namespace: str, cursor: int, *, reload: Iterable[str] = (), bodies: int = 256
+    ) -> Synced:
+        ns = self._ns(tenant, namespace)
+        changed: list[Changed] = []
+        after = cursor
+        again = list(reload)
+        while True:
+            raw = await self._script(
+                "SYNC", (ns, ns + ":v"), (cursor, after, bodies, SYNC_PAGE, self._t(tenant) + ":c:", *again)
+            )
+            again = []
+            next_cursor, more, entries = int(raw[0]), bool(raw[1]), raw[2]
+            for cid, ver, meta, etag, evseq, stats, keep, tail, got in entries:
+                rec = _record(meta, etag, evseq, stats)
+                digests = tuple(_s(d) for d in tail)
+                msgs: dict[str, Message] | None = None
+                if digests and len(got) == len(digests) and all(b is not None for b in got):
+                    msgs = {d: message_from_json(_s(b)) for d, b in zip(digests, got, strict=True)}
+                elif not digests:
+                    msgs = {}
+                if rec.id != _s(cid):
+                    rec.id = _s(cid)
+                changed.append(Changed(rec, int(keep), digests, msgs, int(float(_s(ver)))))
+            if not more:
+                return Synced(next_cursor, tuple(changed))
+            after = next_cursor  # the next page; every page is computed against ``cursor``
+
+    def _commit_args(self, c: Commit) -> list[Any]:
+        args: list[Any] = [
+            c.conversation_id, c.expect or "", c.etag, ConversationRecord.meta_dict_to_json(c.meta), repr(c.last_seen),
+            c.keep, self.ttl, self.max_timeline, self.max_events, self.max_log, c.tenant,
+            f"{self.prefix}:t:", f":c:{_h(c.conversation_id)}", *_stats_args(c.stats),
+        ]  # fmt: skip
+        args.append(len(c.append))
+        args.extend(c.append)
+        self._groups(args, c.messages, c.blobs, c.timeline, c.events, c.log)
+        return args
+
+    @staticmethod
+    def _groups(
+        args: list[Any],
+        messages: Iterable[Message],
+        blobs: Iterable[tuple[str, str]],
+        timeline: Iterable[dict[str, Any]],
+        events: Iterable[GateEvent],
+        log_entries: Iterable[dict[str, Any]],
+    ) -> None:
+        fields: list[Any] = []
+        for m in messages:
+            fields += [m.digest, message_to_json(m)]
+        for k, v in blobs:
+            fields += ["b:" + k, _blob_bytes(v)]
+        args.append(len(fields) // 2)
+        args.extend(fields)
+        tl = list(timeline)
+        args.append(len(tl))
+        for d in tl:
+            args += [d["seq"], TimelineEntry.dict_to_json(d)]
+        ev = [e.to_json() for e in events]
+        args.append(len(ev))
+        args.extend(ev)
+        lg = [_log_json(e) for e in log_entries]
+        args.append(len(lg))
+        args.extend(lg)
+
+    async def commit(self, change: Commit) -> Committed:
+        t, cid = change.tenant, change.conversation_id
+        base = self._c(t, cid)
+        ns = self._ns(t, change.namespace)
+        keys = (
+            f"{self.prefix}:ids", f"{self.prefix}:convs", f"{self._t(t)}:convs", ns, ns + ":v",
+            base, base + ":h", base + ":m", base + ":t", base + ":e", f"{self.prefix}:evid", f"{self.prefix}:log",
+        )  # fmt: skip
+        if sum(len(p.text) for m in change.messages for p in m.parts) > THREAD_TEXT:
+            args = await asyncio.to_thread(self._commit_args, change)  # redacting large texts: off the loop
+        else:
+            args = self._commit_args(change)
+        r = await self._script("COMMIT", keys, args)
+        if not int(r[0]):
+            return Committed(False, _s(r[1]))
+        return Committed(True, "", int(r[2]), int(r[3]))
+
+    def _side_call(self, w: SideWrite) -> asyncio.Future[Any]:
+        cid = w.conversation_id
+        base = self._c(w.tenant, cid) if cid is not None else f"{self.prefix}:none"
+        keys = (base, base + ":m", base + ":t", base + ":e", f"{self.prefix}:evid", f"{self.prefix}:log")
+        args: list[Any] = [
+            "1" if cid is not None else "0", self.max_timeline, self.max_events, self.max_log, *_stats_args(w.stats)
+        ]
+        self._groups(args, w.messages, (), w.timeline, w.events, w.log)
+        return self._pipe.submit("SCRIPT", "SIDE", keys, tuple(args))
+
+    async def side(self, writes: Iterable[SideWrite]) -> None:
+        futs = [self._side_call(w) for w in writes]
+        if futs:
+            await asyncio.gather(*futs)
+
+    async def read_conversation(self, conversation_id: str, max_timeline: int = 1000) -> ConversationRecord | None:
+        owner = await self._call("HGET", f"{self.prefix}:ids", conversation_id)
+        if owner is None:
+            return None
+        base = self._c(_s(owner), conversation_id)
+        f, digests, tl, ev = await asyncio.gather(
+            self._call("HMGET", base, "meta", "etag", "ev", "st"),
+            self._call("LRANGE", base + ":h", 0, -1),
+            self._call("HGETALL", base + ":t"),
+            self._call("HGETALL", base + ":e"),
+        )
+        if f[0] is None:
+            return None
+        rec = _record(*f)
+        rec.digests = tuple(_s(d) for d in digests)
+        entries = sorted((int(k), _s(v)) for k, v in tl.items())[-max_timeline:]
+        rec.timeline = [TimelineEntry.from_json(v) for _, v in entries]
+        events = []
+        for k, v in sorted((int(k), _s(v)) for k, v in ev.items()):
+            e = GateEvent.from_json(v)
+            e.seq = k
+            events.append(e)
+        rec.events = events
+        return rec
+
+    async def recent_conversations(self, *, tenant: str | None = None, limit: int = 200) -> tuple[int, list[ConversationRecord]]:
+        zset = f"{self._t(tenant)}:convs" if tenant is not None else f"{self.prefix}:convs"
+        raw = await self._script("LIST", (zset, f"{self.prefix}:ids"), (limit, f"{self.prefix}:t:"))
+        recs = []
+        for cid, meta, etag, evseq, stats in raw[1]:
+            rec = _record(meta, etag, evseq, stats)
+            rec.id = _s(cid)
+            recs.append(rec)
+        return int(raw[0]), recs
+
+    async def conversation_messages(self, rec: ConversationRecord, digests: Iterable[str]) -> dict[str, Message]:
+        wanted = list(dict.fromkeys(digests))
+        base = self._c(rec.tenant, rec.id) + ":m"
+        parts = await asyncio.gather(*[self._call("HMGET", base, *wanted[i : i + 1000]) for i in range(0, len(wanted), 1000)])
+        out: dict[str, Message] = {}
+        flat = [b for part in parts for b in part]
+        for d, body in zip(wanted, flat, strict=True):
+            if body is not None:
+                out[d] = message_from_json(_s(body))
+        return out
+
+    async def conversation_blobs(self, rec: ConversationRecord, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        got = await self._call("HMGET", self._c(rec.tenant, rec.id) + ":m", *["b:" + k for k in wanted])
+        return {k: _s(v) for k, v in zip(wanted, got, strict=True) if v is not None}
+
+    async def log(
+        self,
+        *,
+        since: int = 0,
+        limit: int = 100,
+        conversation: str | None = None,
+        action: str | None = None,
+        kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        top = int(await self._call("GET", f"{self.prefix}:evid") or 0)
+        first = max(since + 1, top - self.max_log + 1, 1)
+        ids = list(range(first, top + 1))
+        parts = await asyncio.gather(
+            *[self._call("HMGET", f"{self.prefix}:log", *ids[i : i + 1000]) for i in range(0, len(ids), 1000)]
+        )
+        out: list[dict[str, Any]] = []
+        for i, body in zip(ids, (b for p in parts for b in p), strict=True):
+            if body is None:
+                continue
+            e = json.loads(_s(body))
+            if (
+                (conversation is None or e.get("conversation") == conversation)
+                and (action is None or e.get("action") == action)
+                and (kind is None or e.get("kind") == kind)
+            ):
+                out.append({"id": i, **e})
+        return out[-limit:]
+
+    async def sweep(self, now: float, ttl_seconds: float, max_conversations: int) -> int:
+        n = await self._script(
+            "SWEEP", (f"{self.prefix}:convs", f"{self.prefix}:ids"), (now - ttl_seconds, max_conversations, f"{self.prefix}:t:", 500)
+        )
+        return int(n)
+
+    def spills(self) -> RedisSpills:
+        """The spill storage of this store (records under the owning tenant's keys)."""
+        return self._spills
+
+    # -- the sole-store API: a shared store is never written or loaded that way
+
+    async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
+        return []  # conversations are synced per namespace, on demand
+
+    async def load_messages(self, digests: Iterable[str]) -> dict[str, Message]:
+        raise NotImplementedError("a Redis store loads messages per conversation: use history()")
+
+    async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
+        raise NotImplementedError("a Redis store loads blobs per conversation: use blobs()")
+
+    def save_conversation(self, rec: ConversationRecord) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_messages(self, msgs: Iterable[Message]) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_blob(self, key: str, text: str) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
+        raise NotImplementedError("a shared store is written with side()")
+
+    def put_event(self, conversation_id: str, event: GateEvent) -> None:
+        raise NotImplementedError("a shared store is written with side()")
+
+    def delete(self, conversation_ids: Iterable[str]) -> None:
+        """Nothing: conversations expire by TTL and :meth:`sweep` (another replica may
+        still be using one this process evicts from its cache)."""
+
+
+class RedisSpills(SpillStorage):
+    """Spill records as Redis strings under the owning tenant's keys, expiring with the
+    record. Puts are sent at once and awaited by :meth:`flush` (the gate flushes before
+    it forwards the request that tells the model the handle)."""
+
+    remote = True
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self._pending: list[asyncio.Future[Any]] = []
+
+    def _key(self, tenant: str, handle: str) -> str:
+        return f"{self.store._t(tenant)}:s:{handle}"
+
+    def put(self, rec: SpillRecord, *, max_records: int, now: float) -> None:
+        ttl = max(1, int(rec.expires - now))
+        fut = self.store._pipe.submit("SET", self._key(rec.tenant, rec.handle), json.dumps(spill_row(rec)), "EX", ttl)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # failures surface in flush()
+        self._pending.append(fut)
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            await asyncio.gather(*pending)
+
+    async def aload(self, handle: str, tenant: str) -> SpillRecord | None:
+        body = await self.store._call("GET", self._key(tenant, handle))
+        if body is None:
+            return None
+        try:
+            return spill_from_row(json.loads(_s(body)))
+        except (ValueError, TypeError, KeyError):
+            return None

@@ -1,0 +1,539 @@
+"""SQLite as a shared store: the workers of ``serve --workers N`` on one machine.
+
+The same file and tables as :class:`~proxy.state.sqlite.SQLiteStore` (a file written by
+one mode is read by the other), plus what the shared protocol
+(:mod:`proxy.state.protocol`) needs: per conversation its etag, namespace, the
+namespace version of its last change, a short splice log, its event counter and token
+stats (``conv_state``); per namespace its version (``namespaces``); and the store-wide
+event log (``event_log``). WAL mode lets the processes read while one writes; a commit
+is one ``BEGIN IMMEDIATE`` transaction (the compare-and-set holds the write lock), so it
+is durable and visible to every worker when the call returns. All database work runs on
+one thread per process, never on the event loop; JSON encoding and redaction happen
+there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from proxy.core.messages import Message
+from proxy.state.protocol import (
+    Changed,
+    Commit,
+    Committed,
+    SideWrite,
+    StateUnavailable,
+    Stats,
+    Synced,
+)
+from proxy.state.records import (
+    ConversationRecord,
+    GateEvent,
+    TimelineEntry,
+    message_from_json,
+    message_to_json,
+    stored_text,
+)
+from proxy.state.redis_scripts import SPLICE_LOG
+from proxy.state.sqlite import _SCHEMA, DIGEST_CHUNK, _blob_value
+from proxy.state.store import Store
+
+__all__ = ["SharedSQLiteStore"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SHARED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conv_state(
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, ns TEXT NOT NULL, etag TEXT NOT NULL,
+    ver INTEGER NOT NULL, hlen INTEGER NOT NULL DEFAULT 0, splices TEXT NOT NULL DEFAULT '',
+    floor INTEGER NOT NULL DEFAULT 0, evseq INTEGER NOT NULL DEFAULT 0,
+    stats_seq INTEGER NOT NULL DEFAULT -1, stats TEXT);
+CREATE INDEX IF NOT EXISTS conv_state_ns ON conv_state(ns, ver);
+CREATE TABLE IF NOT EXISTS namespaces(ns TEXT PRIMARY KEY, ver INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS event_log(id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
+"""
+
+SYNC_PAGE = 200
+
+
+def _log_json(entry: dict[str, Any]) -> str:
+    d = {k: v for k, v in entry.items() if k != "id"}
+    return stored_text(json.dumps(d, separators=(",", ":"), default=str))
+
+
+def _blob_text(body: Any) -> str:
+    return body.decode("utf-8", "surrogatepass") if isinstance(body, bytes) else str(body)
+
+
+def _keep_since(splices: str, floor: int, hlen: int, cursor: int, full: bool) -> int:
+    """How many leading digests a caller that knew the conversation at namespace version
+    ``cursor`` still holds (the minimum kept by every splice after it)."""
+    if full or cursor < floor:
+        return 0
+    keep = hlen
+    for item in splices.split(";"):
+        if item:
+            v, k = item.split(":")
+            if int(v) > cursor:
+                keep = min(keep, int(k))
+    return keep
+
+
+class SharedSQLiteStore(Store):
+    """A shared store in the SQLite file ``path`` (see the module docstring)."""
+
+    shared = True
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_timeline: int = 1000,
+        max_events: int = 1000,
+        max_log: int = 5000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.describe = f"sqlite at {self.path} (shared by the workers)"
+        self.max_timeline = max_timeline
+        self.max_events = max_events
+        self.max_log = max_log
+        self.clock = clock
+        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    # -- thread side
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0)
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(_SCHEMA)
+        conn.executescript(_SHARED_SCHEMA)
+        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '1')")
+        self._conn = conn
+        self._adopt()
+
+    def _adopt(self) -> None:
+        """Give conversations written by the sole-process store their shared state."""
+        conn = self._db()
+        rows = conn.execute(
+            "SELECT id, meta, digests FROM conversations WHERE id NOT IN (SELECT id FROM conv_state)"
+        ).fetchall()
+        if not rows:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for cid, meta, digests in rows:
+                rec = ConversationRecord.from_row(meta, digests)
+                if digests:  # the pre-chunk format: move the digests into chunks
+                    self._write_chunks(cid, 0, (), rec.digests)
+                    conn.execute("UPDATE conversations SET digests = '' WHERE id = ?", (cid,))
+                else:
+                    rec.digests = self._digests(cid)
+                conn.execute(
+                    "INSERT OR IGNORE INTO conv_state(id, tenant, ns, etag, ver, hlen, evseq) VALUES(?, ?, ?, ?, 0, ?, ?)",
+                    (cid, rec.tenant, rec.namespace, "adopted-" + secrets.token_hex(8), len(rec.digests), rec.event_seq),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StateUnavailable(f"{self.describe}: not open", "unreachable")
+        return self._conn
+
+    def _digests(self, cid: str, first_chunk: int = 0) -> tuple[str, ...]:
+        bodies = [
+            b
+            for (b,) in self._db().execute(
+                "SELECT body FROM digest_chunks WHERE conv = ? AND idx >= ? ORDER BY idx", (cid, first_chunk)
+            )
+            if b
+        ]
+        return tuple(",".join(bodies).split(",")) if bodies else ()
+
+    def _write_chunks(self, cid: str, keep: int, kept_tail: tuple[str, ...], append: tuple[str, ...]) -> None:
+        """Rewrite the chunks from the one holding digest ``keep`` on: ``kept_tail`` is
+        what that chunk keeps before ``keep``, then ``append``."""
+        conn = self._db()
+        first = keep // DIGEST_CHUNK
+        rest = kept_tail + append
+        rows = [
+            (cid, first + i, ",".join(rest[i * DIGEST_CHUNK : (i + 1) * DIGEST_CHUNK]))
+            for i in range((len(rest) + DIGEST_CHUNK - 1) // DIGEST_CHUNK)
+        ]
+        conn.execute("DELETE FROM digest_chunks WHERE conv = ? AND idx >= ?", (cid, first))
+        conn.executemany("INSERT INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)", rows)
+
+    def _record(self, cid: str) -> tuple[ConversationRecord, tuple[Any, ...]] | None:
+        conn = self._db()
+        row = conn.execute("SELECT meta FROM conversations WHERE id = ?", (cid,)).fetchone()
+        st = conn.execute(
+            "SELECT etag, ver, hlen, splices, floor, evseq, stats FROM conv_state WHERE id = ?", (cid,)
+        ).fetchone()
+        if row is None or st is None:
+            return None
+        rec = ConversationRecord.from_row(row[0], "")
+        rec.id = cid
+        rec.etag, rec.event_seq = st[0], st[5]
+        stats = Stats.of(json.loads(st[6])) if st[6] else None
+        if stats is not None:
+            rec.tokens, rec.window, rec.exact = stats.tokens, stats.window, stats.exact
+        return rec, st
+
+    def _messages(self, digests: Iterable[str]) -> dict[str, Message]:
+        wanted = list(dict.fromkeys(digests))
+        out: dict[str, Message] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            q = f"SELECT digest, body FROM messages WHERE digest IN ({','.join('?' * len(chunk))})"
+            for d, body in self._db().execute(q, chunk):
+                out[d] = message_from_json(body)
+        return out
+
+    def _sync(self, ns: str, cursor: int, reload: list[str], bodies: int) -> Synced:
+        conn = self._db()
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (ns,)).fetchone()
+            ver = row[0] if row else 0
+            changed: list[Changed] = []
+            after = cursor
+            while True:
+                rows = conn.execute(
+                    "SELECT id, ver FROM conv_state WHERE ns = ? AND ver > ? AND ver <= ? ORDER BY ver LIMIT ?",
+                    (ns, after, ver, SYNC_PAGE),
+                ).fetchall()
+                picks = [(cid, False) for cid, _ in rows]
+                if reload:
+                    picks += [(cid, True) for cid in reload]
+                    reload = []
+                for cid, full in picks:
+                    got = self._record(cid)
+                    if got is None:
+                        continue
+                    rec, st = got
+                    _, cver, hlen, splices, floor, _, _ = st
+                    keep = _keep_since(splices, floor, hlen, cursor, full)
+                    tail = self._digests(cid, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
+                    msgs: dict[str, Message] | None = {}
+                    if tail and len(tail) <= bodies:
+                        found = self._messages(tail)
+                        msgs = found if all(d in found for d in tail) else None
+                    elif tail:
+                        msgs = None
+                    changed.append(Changed(rec, keep, tail, msgs, cver))
+                if len(rows) < SYNC_PAGE:
+                    break
+                after = rows[-1][1]
+            return Synced(ver, tuple(changed))
+        finally:
+            conn.execute("COMMIT")
+
+    def _commit(self, c: Commit) -> Committed:
+        conn = self._db()
+        cid = c.conversation_id
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            st = conn.execute(
+                "SELECT etag, hlen, splices, floor, evseq, stats_seq FROM conv_state WHERE id = ?", (cid,)
+            ).fetchone()
+            if c.expect is None:
+                if st is not None:
+                    conn.execute("ROLLBACK")
+                    return Committed(False, "exists")
+                hlen, splices, floor, evseq, stats_seq = 0, "", 0, 0, -1
+            elif st is None or st[0] != c.expect or c.keep > st[1]:
+                conn.execute("ROLLBACK")
+                return Committed(False, "conflict")
+            else:
+                _, hlen, splices, floor, evseq, stats_seq = st
+            row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (c.namespace,)).fetchone()
+            before = row[0] if row else 0
+            ver = before + 1
+            conn.execute("INSERT OR REPLACE INTO namespaces(ns, ver) VALUES(?, ?)", (c.namespace, ver))
+            if c.keep < hlen or c.append:
+                first = c.keep // DIGEST_CHUNK
+                kept = self._digests(cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
+                self._write_chunks(cid, c.keep, kept, c.append)
+                entries = [e for e in splices.split(";") if e] + [f"{ver}:{c.keep}"]
+                while len(entries) > SPLICE_LOG:
+                    floor = int(entries.pop(0).split(":")[0])
+                splices = "".join(e + ";" for e in entries)
+            hlen = c.keep + len(c.append)
+            conn.execute(
+                "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
+                (cid, c.last_seen, ConversationRecord.meta_dict_to_json(c.meta)),
+            )
+            evseq = self._parts(cid, c.messages, c.blobs, c.timeline, c.events, c.log, evseq)
+            stats = None
+            if c.stats is not None and c.stats.seq >= stats_seq:
+                stats_seq, stats = c.stats.seq, json.dumps(c.stats.as_list())
+            elif st is not None:
+                stats = conn.execute("SELECT stats FROM conv_state WHERE id = ?", (cid,)).fetchone()[0]
+            conn.execute(
+                "INSERT OR REPLACE INTO conv_state(id, tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats)"
+                " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (cid, c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return Committed(True, "", before, ver)
+
+    def _parts(
+        self,
+        cid: str,
+        messages: Iterable[Message],
+        blobs: Iterable[tuple[str, str]],
+        timeline: Iterable[dict[str, Any]],
+        events: Iterable[GateEvent],
+        log_entries: Iterable[dict[str, Any]],
+        evseq: int,
+    ) -> int:
+        """Write a change's messages, blobs, timeline entries, events and log entries;
+        returns the conversation's event counter after them."""
+        conn = self._db()
+        conn.executemany(
+            "INSERT OR IGNORE INTO messages(digest, body) VALUES(?, ?)", [(m.digest, message_to_json(m)) for m in messages]
+        )
+        conn.executemany("INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)", [(k, _blob_value(v)) for k, v in blobs])
+        for d in timeline:
+            conn.execute(
+                "INSERT OR REPLACE INTO timeline(conv, seq, body) VALUES(?, ?, ?)", (cid, d["seq"], TimelineEntry.dict_to_json(d))
+            )
+            conn.execute("DELETE FROM timeline WHERE conv = ? AND seq <= ?", (cid, d["seq"] - self.max_timeline))
+        for e in events:
+            evseq += 1
+            conn.execute("INSERT OR REPLACE INTO events(conv, seq, body) VALUES(?, ?, ?)", (cid, evseq, e.to_json()))
+            conn.execute("DELETE FROM events WHERE conv = ? AND seq <= ?", (cid, evseq - self.max_events))
+        for entry in log_entries:
+            cur = conn.execute("INSERT INTO event_log(body) VALUES(?)", (_log_json(entry),))
+            conn.execute("DELETE FROM event_log WHERE id <= ?", ((cur.lastrowid or 0) - self.max_log,))
+        return evseq
+
+    def _side(self, writes: list[SideWrite]) -> None:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for w in writes:
+                st = None
+                if w.conversation_id is not None:
+                    st = conn.execute(
+                        "SELECT evseq, stats_seq FROM conv_state WHERE id = ?", (w.conversation_id,)
+                    ).fetchone()
+                if st is None:  # gone (or no conversation): only the store-wide log
+                    self._parts("", (), (), (), (), w.log, 0)
+                    continue
+                cid = w.conversation_id
+                assert cid is not None
+                evseq = self._parts(cid, w.messages, (), w.timeline, w.events, w.log, st[0])
+                conn.execute("UPDATE conv_state SET evseq = ? WHERE id = ?", (evseq, cid))
+                if w.stats is not None and w.stats.seq >= st[1]:
+                    conn.execute(
+                        "UPDATE conv_state SET stats_seq = ?, stats = ? WHERE id = ?",
+                        (w.stats.seq, json.dumps(w.stats.as_list()), cid),
+                    )
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    def _read(self, cid: str, max_timeline: int) -> ConversationRecord | None:
+        got = self._record(cid)
+        if got is None:
+            return None
+        rec, _ = got
+        rec.digests = self._digests(cid)
+        conn = self._db()
+        rows = conn.execute(
+            "SELECT body FROM timeline WHERE conv = ? ORDER BY seq DESC LIMIT ?", (cid, max_timeline)
+        ).fetchall()
+        rec.timeline = [TimelineEntry.from_json(b) for (b,) in reversed(rows)]
+        events = []
+        for seq, body in conn.execute("SELECT seq, body FROM events WHERE conv = ? ORDER BY seq", (cid,)):
+            e = GateEvent.from_json(body)
+            e.seq = seq
+            events.append(e)
+        rec.events = events
+        return rec
+
+    def _recent(self, tenant: str | None, limit: int) -> tuple[int, list[ConversationRecord]]:
+        conn = self._db()
+        where, args = ("WHERE s.tenant = ?", [tenant]) if tenant is not None else ("", [])
+        (count,) = conn.execute(f"SELECT COUNT(*) FROM conv_state s {where}", args).fetchone()
+        out = []
+        for cid, meta, etag, evseq, stats in conn.execute(
+            "SELECT c.id, c.meta, s.etag, s.evseq, s.stats FROM conversations c JOIN conv_state s ON s.id = c.id "
+            f"{where} ORDER BY c.last_seen DESC LIMIT ?",
+            [*args, limit],
+        ):
+            rec = ConversationRecord.from_row(meta, "")
+            rec.id, rec.etag, rec.event_seq = cid, etag, evseq
+            st = Stats.of(json.loads(stats)) if stats else None
+            if st is not None:
+                rec.tokens, rec.window, rec.exact = st.tokens, st.window, st.exact
+            out.append(rec)
+        return count, out
+
+    def _log(self, since: int, limit: int, filters: dict[str, str | None]) -> list[dict[str, Any]]:
+        out = []
+        for i, body in self._db().execute("SELECT id, body FROM event_log WHERE id > ? ORDER BY id", (since,)):
+            e = json.loads(body)
+            if all(v is None or e.get(k) == v for k, v in filters.items()):
+                out.append({"id": i, **e})
+        return out[-limit:]
+
+    def _sweep(self, cutoff: float, max_conversations: int) -> int:
+        conn = self._db()
+        gone = [cid for (cid,) in conn.execute("SELECT id FROM conversations WHERE last_seen < ?", (cutoff,))]
+        (count,) = conn.execute("SELECT COUNT(*) FROM conversations").fetchone()
+        surplus = count - len(gone) - max_conversations
+        if surplus > 0:
+            gone += [
+                cid
+                for (cid,) in conn.execute(
+                    "SELECT id FROM conversations WHERE last_seen >= ? ORDER BY last_seen LIMIT ?", (cutoff, surplus)
+                )
+            ]
+        if not gone:
+            return 0
+        ids = [(c,) for c in gone]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table, col in (
+                ("conversations", "id"), ("conv_state", "id"), ("timeline", "conv"), ("events", "conv"), ("digest_chunks", "conv"),
+            ):  # fmt: skip
+                conn.executemany(f"DELETE FROM {table} WHERE {col} = ?", ids)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return len(gone)
+
+    # -- loop side
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StateUnavailable(f"{self.describe}: closed", "unreachable")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._exec, fn, *args)
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"{self.describe}: {exc.__class__.__name__}: {exc}", "error") from None
+
+    async def open(self) -> None:
+        await self._call(self._connect)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+
+        def _final() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._exec, _final)
+        self._closed = True
+        self._exec.shutdown(wait=True)
+
+    async def ping(self) -> None:
+        await self._call(lambda: self._db().execute("SELECT 1").fetchone())
+
+    async def sync(
+        self, tenant: str, namespace: str, cursor: int, *, reload: Iterable[str] = (), bodies: int = 256
+    ) -> Synced:
+        return await self._call(self._sync, namespace, cursor, list(reload), bodies)
+
+    async def commit(self, change: Commit) -> Committed:
+        return await self._call(self._commit, change)
+
+    async def side(self, writes: Iterable[SideWrite]) -> None:
+        batch = list(writes)
+        if batch:
+            await self._call(self._side, batch)
+
+    async def read_conversation(self, conversation_id: str, max_timeline: int = 1000) -> ConversationRecord | None:
+        return await self._call(self._read, conversation_id, max_timeline)
+
+    async def recent_conversations(
+        self, *, tenant: str | None = None, limit: int = 200
+    ) -> tuple[int, list[ConversationRecord]]:
+        return await self._call(self._recent, tenant, limit)
+
+    async def conversation_messages(self, rec: ConversationRecord, digests: Iterable[str]) -> dict[str, Message]:
+        return await self._call(self._messages, list(digests))
+
+    async def load_messages(self, digests: Iterable[str]) -> dict[str, Message]:
+        return await self._call(self._messages, list(digests))
+
+    async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+
+        def _load() -> dict[str, str]:
+            out = {}
+            for k in wanted:
+                row = self._db().execute("SELECT body FROM blobs WHERE key = ?", (k,)).fetchone()
+                if row is not None:
+                    out[k] = _blob_text(row[0])
+            return out
+
+        return await self._call(_load)
+
+    async def log(
+        self,
+        *,
+        since: int = 0,
+        limit: int = 100,
+        conversation: str | None = None,
+        action: str | None = None,
+        kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return await self._call(self._log, since, limit, {"conversation": conversation, "action": action, "kind": kind})
+
+    async def sweep(self, now: float, ttl_seconds: float, max_conversations: int) -> int:
+        return await self._call(self._sweep, now - ttl_seconds, max_conversations)
+
+    # -- the sole-store API is not used on a shared store
+
+    async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
+        return []
+
+    def save_conversation(self, rec: ConversationRecord) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_messages(self, msgs: Iterable[Message]) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_blob(self, key: str, text: str) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
+        raise NotImplementedError("a shared store is written with side()")
+
+    def put_event(self, conversation_id: str, event: GateEvent) -> None:
+        raise NotImplementedError("a shared store is written with side()")
+
+    def delete(self, conversation_ids: Iterable[str]) -> None:
+        """Nothing: conversations are forgotten by :meth:`sweep`."""
