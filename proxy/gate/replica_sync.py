@@ -156,28 +156,39 @@ class ReplicaSync:
             if reload:
                 rep.reload.setdefault(namespace, set()).update(reload)
             raise
+        wanted: list[tuple[ConversationRecord, tuple[str, ...]]] = []
         for ch in synced.changed:
-            self._adopt(ch)
+            side = self._adopt(ch)
+            if side:
+                wanted.append((ch.record, side))
         rep.cursors[namespace] = max(rep.cursors.get(namespace, 0), synced.cursor)
+        for rec, digests in wanted:  # replies to side requests (summaries): their lines
+            msgs = await self.store.conversation_messages(rec, digests)
+            if self._recs.get(rec.id) is rec:
+                self.lines.remember(self.index, rec.id, tuple(msgs[d] for d in digests if d in msgs))
 
-    def _adopt(self, ch: Changed) -> None:
-        """Make the cache hold the stored state ``ch`` describes."""
+    def _adopt(self, ch: Changed) -> tuple[str, ...]:
+        """Make the cache hold the stored state ``ch`` describes; returns the digests of
+        side-request replies new to this process (their text lines are matched, as this
+        process's own are, see :class:`~proxy.gate.hints.LineMemory`)."""
         rep = self._replica
         assert rep is not None
         new = ch.record
         cid = new.id
         if rep.busy(cid) is not None:  # being committed here: read it again afterwards
             rep.reload.setdefault(new.namespace, set()).add(cid)
-            return
+            return ()
         if ch.ver and ch.ver < rep.seen.get(cid, 0):
-            return  # an older answer than what is cached
+            return ()  # an older answer than what is cached
         old = self._recs.get(cid)
         if old is not None and old.etag == new.etag:
             rep.seen[cid] = max(ch.ver, rep.seen.get(cid, 0))
-            return
+            return ()
         if ch.keep and (old is None or ch.keep > len(old.digests)):
             rep.reload.setdefault(new.namespace, set()).add(cid)
-            return
+            return ()
+        known = set(old.side_digests) if old is not None else set()
+        side = tuple(d for d in new.side_digests if d not in known)
         new.digests = (old.digests[: ch.keep] if old is not None else ()) + ch.tail
         if old is not None:
             new.timeline, new.events = old.timeline, old.events
@@ -191,6 +202,7 @@ class ReplicaSync:
         self._refresh_hot(old, new, ch)
         rep.seen[cid] = ch.ver
         self._resynced.add(cid)
+        return side
 
     def _refresh_hot(self, old: ConversationRecord | None, new: ConversationRecord, ch: Changed) -> None:
         """Extend the hot snapshot by the changed tail when its messages came along,
