@@ -10,8 +10,10 @@ committed write that any replica's next read sees. Keys are namespaced by
 
 The client is ``redis.asyncio``. Calls made in the same event-loop step go to Redis in
 one pipeline (a request's sync and another's commit share a round trip), one pipeline
-at a time. The client never retries on its own: a connection failure marks the store
-unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
+at a time. A connection that fails while the store was reachable is tried once more on
+a new connection (after a Redis restart every pooled connection is dead; a commit sent
+twice is refused by its own compare-and-set); otherwise a connection failure marks the
+store unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
 backoff that doubles from 0.1 s to 5 s; the first call after it tries again (a new
 connection), and success marks it available and runs the ``recovered`` callbacks. The
 URL's password never appears in what the store says about itself (:attr:`describe`),
@@ -141,7 +143,14 @@ class _Pipeline:
         store = self.store
         try:
             store._check_available()
-            results = await store._send([c for c, _ in batch])
+            try:
+                results = await store._send([c for c, _ in batch])
+            except (rx.ConnectionError, OSError):
+                if not store.available:
+                    raise
+                # the pooled connection may be one a restarted Redis closed: one more
+                # try, on a new connection, before calling the store down
+                results = await store._send([c for c, _ in batch])
             if any(isinstance(r, rx.NoScriptError) for r in results):
                 await store._load_scripts()
                 redo = [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError)]
@@ -158,6 +167,12 @@ class _Pipeline:
             for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(err)
+            return
+        except rx.RedisError as exc:  # e.g. a transaction Redis refused as a whole
+            refused = StateUnavailable(f"redis refused a command: {exc.__class__.__name__}", "error")
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(refused)
             return
         store._came_up()
         for (_, fut), r in zip(batch, results, strict=True):
@@ -301,7 +316,9 @@ class RedisStore(Store):
     async def _send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if not self._shas:
             await self._load_scripts()
-        pipe = self._client.pipeline(transaction=False)
+        # MULTI/EXEC: the calls of one batch see one state (a record's meta, history and
+        # events read together never mix two commits of another replica)
+        pipe = self._client.pipeline(transaction=True)
         for c in commands:
             if c[0] == "SCRIPT":
                 _, name, keys, args = c

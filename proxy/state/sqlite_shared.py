@@ -442,6 +442,16 @@ class SharedSQLiteStore(Store):
         except sqlite3.Error as exc:
             raise StateUnavailable(f"{self.describe}: {exc.__class__.__name__}: {exc}", "error") from None
 
+    def _snapshot(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` in one read transaction: its SELECTs see one committed state (without
+        it a record's meta and its etag could come from two different commits)."""
+        conn = self._db()
+        conn.execute("BEGIN")
+        try:
+            return fn(*args)
+        finally:
+            conn.execute("COMMIT")
+
     async def open(self) -> None:
         await self._call(self._connect)
 
@@ -475,12 +485,12 @@ class SharedSQLiteStore(Store):
             await self._call(self._side, batch)
 
     async def read_conversation(self, conversation_id: str, max_timeline: int = 1000) -> ConversationRecord | None:
-        return await self._call(self._read, conversation_id, max_timeline)
+        return await self._call(self._snapshot, self._read, conversation_id, max_timeline)
 
     async def recent_conversations(
         self, *, tenant: str | None = None, limit: int = 200
     ) -> tuple[int, list[ConversationRecord]]:
-        return await self._call(self._recent, tenant, limit)
+        return await self._call(self._snapshot, self._recent, tenant, limit)
 
     async def conversation_messages(self, rec: ConversationRecord, digests: Iterable[str]) -> dict[str, Message]:
         return await self._call(self._messages, list(digests))
