@@ -93,8 +93,9 @@ async def _session_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """Liveness: the process serves requests (does not call upstream)."""
-    return web.json_response({"status": "ok", "version": __version__})
+    """Liveness: the process serves requests (does not call upstream); ``pid`` tells
+    the workers of ``serve --workers N`` apart."""
+    return web.json_response({"status": "ok", "version": __version__, "pid": os.getpid()})
 
 
 def _gate_error(request: web.Request, err: ProxyError) -> web.Response:

@@ -18,44 +18,24 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.config import ProxyConfig, ServerSettings, StateSettings, Upstream
+from proxy.config import ProxyConfig, StateSettings
 from proxy.demo import build_gate_app, start_app
-from proxy.replay import normalise_events
-from tests.support.agent_traffic import build_traffic, events_of, responder, send
+from tests.support.agent_traffic import (
+    Played,
+    assert_same,
+    build_traffic,
+    gate_config,
+    played,
+    responder,
+    single_process,
+)
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.redis_server import RedisServer
 
 CONVERSATIONS = 22
 
 
-def _config(upstream: str, state: StateSettings, workers: int = 1) -> ProxyConfig:
-    return ProxyConfig(
-        server=ServerSettings(host="127.0.0.1", port=0, log_level="warning", workers=workers),
-        upstreams=(
-            Upstream(name="openai", base_url=upstream + "/v1", dialect="openai"),
-            Upstream(name="anthropic", base_url=upstream, dialect="anthropic"),
-        ),
-        state=state,
-        policy="default",
-    )
-
-
-async def _run(urls: list[str], fake: FakeUpstream, traffic: Any) -> tuple[list[Any], list[dict[str, Any]]]:
-    fake.requests.clear()
-    outcomes, cids = await send(urls, traffic, fake)
-    events = normalise_events(await events_of(urls[0], cids))
-    return outcomes, events
-
-
-async def _single(fake: FakeUpstream, traffic: Any) -> tuple[list[Any], list[dict[str, Any]]]:
-    runner, url = await start_app(build_gate_app(_config(fake.url, StateSettings(backend="memory"))))
-    try:
-        return await _run([url], fake, traffic)
-    finally:
-        await runner.cleanup()
-
-
-async def _replicas(config: ProxyConfig, fake: FakeUpstream, traffic: Any, n: int = 3) -> tuple[list[Any], list[dict[str, Any]]]:
+async def _replicas(config: ProxyConfig, fake: FakeUpstream, traffic: Any, n: int = 3) -> Played:
     runners: list[web.AppRunner] = []
     try:
         urls = []
@@ -63,18 +43,10 @@ async def _replicas(config: ProxyConfig, fake: FakeUpstream, traffic: Any, n: in
             runner, url = await start_app(build_gate_app(config))
             runners.append(runner)
             urls.append(url)
-        return await _run(urls, fake, traffic)
+        return await played(urls, fake, traffic)
     finally:
         for runner in runners:
             await runner.cleanup()
-
-
-def _assert_same(single: tuple[list[Any], list[dict[str, Any]]], replicas: tuple[list[Any], list[dict[str, Any]]]) -> None:
-    (one, one_events), (many, many_events) = single, replicas
-    assert len(one) == len(many)
-    for n, (a, b) in enumerate(zip(one, many, strict=True)):
-        assert a == b, f"request {n}: one process {a.action}/{a.status}, replicas {b.action}/{b.status}"
-    assert many_events == one_events
 
 
 def _exercised(outcomes: list[Any], events: list[dict[str, Any]]) -> None:
@@ -97,26 +69,26 @@ async def fake() -> Any:
 
 async def test_three_redis_replicas_in_round_robin_match_one_process(tmp_path: Path, fake: FakeUpstream) -> None:
     traffic = build_traffic(CONVERSATIONS)
-    single = await _single(fake, traffic)
+    single = await single_process(fake, traffic)
     _exercised(*single)
     with RedisServer(tmp_path / "redis") as redis:
-        config = _config(fake.url, StateSettings(backend="redis", url=redis.url))
+        config = gate_config(fake.url, StateSettings(backend="redis", url=redis.url))
         replicas = await _replicas(config, fake, traffic)
-    _assert_same(single, replicas)
+    assert_same(single, replicas)
 
 
 async def test_three_sqlite_workers_in_round_robin_match_one_process(tmp_path: Path, fake: FakeUpstream) -> None:
     traffic = build_traffic(CONVERSATIONS)
-    single = await _single(fake, traffic)
-    config = _config(fake.url, StateSettings(backend="sqlite", path=str(tmp_path / "state.sqlite3")), workers=3)
+    single = await single_process(fake, traffic)
+    config = gate_config(fake.url, StateSettings(backend="sqlite", path=str(tmp_path / "state.sqlite3")), workers=3)
     replicas = await _replicas(config, fake, traffic)
-    _assert_same(single, replicas)
+    assert_same(single, replicas)
 
 
 async def test_one_redis_process_matches_one_memory_process(tmp_path: Path, fake: FakeUpstream) -> None:
     traffic = build_traffic(8)
-    single = await _single(fake, traffic)
+    single = await single_process(fake, traffic)
     with RedisServer(tmp_path / "redis") as redis:
-        config = _config(fake.url, StateSettings(backend="redis", url=redis.url))
+        config = gate_config(fake.url, StateSettings(backend="redis", url=redis.url))
         one_redis = await _replicas(dataclasses.replace(config), fake, traffic, n=1)
-    _assert_same(single, one_redis)
+    assert_same(single, one_redis)

@@ -38,7 +38,18 @@ from tests.support.conversations import (
 )
 from tests.support.fake_upstream import Call, FakeUpstream, Reply, ToolCall
 
-__all__ = ["Outcome", "Request", "build_traffic", "events_of", "responder", "send"]
+__all__ = [
+    "Outcome",
+    "Request",
+    "assert_same",
+    "build_traffic",
+    "events_of",
+    "gate_config",
+    "played",
+    "responder",
+    "send",
+    "single_process",
+]
 
 KEYS = ("sk-traffic-tenant-a-0001", "sk-traffic-tenant-b-0002")
 INVENTED = "9f8e7d6c5b4a"
@@ -75,7 +86,7 @@ def _body(conv: Conversation, dialect: str, stream: bool) -> dict[str, Any]:
     return body
 
 
-def _script(i: int) -> list[Request]:
+def _script(i: int, session: bool = False) -> list[Request]:
     task = TASKS[i % len(TASKS)]
     styles = STYLES + MASK_STYLES
     style = styles[(i * 5) % len(styles)]
@@ -87,7 +98,7 @@ def _script(i: int) -> list[Request]:
     conv = conv.then(Turn("assistant", "This part is done; waiting for the next instruction."))
     headers = {"authorization": f"Bearer {KEYS[i % 2]}"} if dialect == "openai" else {
         "x-api-key": KEYS[i % 2], "anthropic-version": "2023-06-01"}  # fmt: skip
-    if i % 4 == 1:
+    if i % 4 == 1 or session:
         headers["x-session-id"] = f"traffic-session-{i:03d}"
     out: list[Request] = []
     for k in range(1, len(conv.turns)):  # the history grows: a request before each model turn
@@ -110,9 +121,12 @@ def _script(i: int) -> list[Request]:
     return out
 
 
-def build_traffic(n: int) -> list[Request]:
-    """``n`` conversations' requests, interleaved (one of each in turn)."""
-    scripts = [_script(i) for i in range(n)]
+def build_traffic(n: int, *, sessions: bool = False) -> list[Request]:
+    """``n`` conversations' requests, interleaved (one of each in turn). ``sessions``:
+    every conversation names itself (``x-session-id``) — none is matched by content,
+    whose fallback for a continued conversation (the most recently seen one with the
+    same system prompt) depends on which request came last by milliseconds."""
+    scripts = [_script(i, sessions) for i in range(n)]
     return [r for batch in itertools.zip_longest(*scripts) for r in batch if r is not None]
 
 
@@ -140,14 +154,17 @@ def responder(traffic: Sequence[Request]) -> Callable[[Call], Reply]:
 
 
 async def send(
-    urls: Sequence[str], traffic: Sequence[Request], fake: FakeUpstream
+    urls: Sequence[str], traffic: Sequence[Request], fake: FakeUpstream, *, fresh_connections: bool = False
 ) -> tuple[list[Outcome], list[str]]:
     """Play ``traffic`` in order, round-robin over ``urls`` (see the module docstring);
-    also returns the conversation ids in order of first appearance."""
+    also returns the conversation ids in order of first appearance.
+    ``fresh_connections``: a new connection per request (the kernel or a balancer then
+    picks a process per request, not per kept-alive connection)."""
     rename: dict[str, str] = {}
     out: list[Outcome] = []
     targets = itertools.cycle(urls)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+    connector = aiohttp.TCPConnector(force_close=fresh_connections)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60), connector=connector) as session:
         for req in traffic:
             seen = len(fake.requests)
             async with session.post(next(targets) + req.path, json=req.body, headers=req.headers) as resp:
@@ -169,3 +186,55 @@ async def events_of(url: str, conversations: Sequence[str]) -> dict[str, list[di
                 assert resp.status == 200, await resp.text()
                 out[cid] = (await resp.json())["events"]
     return out
+
+
+Played = tuple[list[Outcome], list[dict[str, Any]]]
+
+
+async def played(urls: Sequence[str], fake: FakeUpstream, traffic: Sequence[Request], *, fresh_connections: bool = False) -> Played:
+    """:func:`send` ``traffic`` through ``urls``; the outcomes and the events (read back
+    through ``urls[0]``, normalised to compare across runs)."""
+    from proxy.replay import normalise_events
+
+    fake.requests.clear()
+    outcomes, cids = await send(urls, traffic, fake, fresh_connections=fresh_connections)
+    return outcomes, normalise_events(await events_of(urls[0], cids))
+
+
+def gate_config(upstream: str, state: Any, workers: int = 1) -> Any:
+    """The gate of these tests (``ProxyConfig``): both dialects to ``upstream``, the
+    default policy, ``state`` (a ``StateSettings``)."""
+    from proxy.config import ProxyConfig, ServerSettings, Upstream
+
+    return ProxyConfig(
+        server=ServerSettings(host="127.0.0.1", port=0, log_level="warning", workers=workers),
+        upstreams=(
+            Upstream(name="openai", base_url=upstream + "/v1", dialect="openai"),
+            Upstream(name="anthropic", base_url=upstream, dialect="anthropic"),
+        ),
+        state=state,
+        policy="default",
+    )
+
+
+async def single_process(fake: FakeUpstream, traffic: Sequence[Request]) -> Played:
+    """The reference: ``traffic`` through one gate process keeping its state in memory."""
+    from proxy.config import StateSettings
+    from proxy.demo import build_gate_app, start_app
+
+    runner, url = await start_app(build_gate_app(gate_config(fake.url, StateSettings(backend="memory"))))
+    try:
+        return await played([url], fake, traffic)
+    finally:
+        await runner.cleanup()
+
+
+def assert_same(single: Played, other: Played) -> None:
+    """Every request met the same status, action, conversation and upstream body, and
+    the events are the same."""
+    (one, one_events), (many, many_events) = single, other
+    assert len(one) == len(many)
+    for n, (a, b) in enumerate(zip(one, many, strict=True)):
+        differ = [f for f in ("status", "action", "conversation", "upstream") if getattr(a, f) != getattr(b, f)]
+        assert a == b, f"request {n}: {differ} differ; one process {a.action}/{a.status}, the others {b.action}/{b.status}"
+    assert many_events == one_events
