@@ -6,8 +6,8 @@
 2. :class:`ObligationSignal` — obligation–binding asymmetry: obligations open vs
    obligations whose bindings all survive. Obligations come from a pluggable
    :class:`ObligationRule`; the default (:func:`default_obligations`) says every
-   non-regenerable, non-sensitive identifier produced by a tool result stays required,
-   one obligation per tool result. Policies refine this later (opened by a tool that binds
+   identifier its provenance made non-regenerable stays required,
+   one obligation per message part. Policies refine this later (opened by a tool that binds
    some kinds, closed by one that consumes them, plan items …).
 3. :class:`NextActionSignal` — what the tripwire needs to judge the first action after
    the compaction: the dropped kinds, the values it probably needs, and every norm seen.
@@ -156,11 +156,13 @@ class ObligationRule(Protocol):
 
 
 def default_obligations(identifiers: Sequence[Identifier], before: Snapshot) -> tuple[Obligation, ...]:
-    """Every non-regenerable, non-sensitive identifier produced by a tool result stays
-    required; one ``keep_bindings`` obligation per tool result."""
+    """Every non-regenerable identifier stays required, whatever role carried it (its
+    provenance decided: PRINCIPLES §2 — a tool result, pasted user text, a call's
+    arguments alike); one ``keep_bindings`` obligation per message part. Secrets count
+    too (a required secret makes the verdict destructive); callers never show them."""
     groups: dict[tuple[int, str | None], list[Identifier]] = {}
     for i in identifiers:
-        if i.source.origin != "tool_result" or i.regenerable or i.sensitive:
+        if i.regenerable or i.source.origin == "tool_def":
             continue
         groups.setdefault((i.source.message_index, i.source.tool_call_id), []).append(i)
     out = []

@@ -473,9 +473,9 @@ def _upload(b: _Builder, filler: int) -> Conversation:
         binds=[
             ("upload_id", up, "upload_id", "the multipart upload id (needed to resume or complete)",
              f"the multipart upload id is {up}", "a multipart upload was created"),
-            ("object_key", key, "path", "the object key of the upload",
-             f"the object key is {key}", "the object key is the dump's name"),
         ],
+        # the object key is the agent's own name for the dump: an echo (PRINCIPLES §3b)
+        regen=[("object_key", key, "path")],
     )
     for n, etag in ((1, e1), (2, e2)):
         b.run(
@@ -565,9 +565,8 @@ def _k8s(b: _Builder, filler: int) -> Conversation:
         "kubectl -n shop set image deployment/api api=registry.acme.io/shop/api:v2.14.0",
         "deployment.apps/api image updated",
         recap="updated the image to v2.14.0",
-        binds=[("deployment", "deployment.apps/api", "k8s_resource", "the deployment changed",
-                "the deployment is deployment.apps/api", "the deployment was updated")],
-        aliases={"deployment": ("deployment/api",)},
+        # the deployment's name comes from the task: derivable (PRINCIPLES §3b)
+        regen=[("deployment", "deployment.apps/api", "k8s_resource")],
     )
     b.run(
         "kubectl -n shop rollout status deployment/api --timeout=120s",
@@ -608,12 +607,9 @@ def _terraform(b: _Builder, filler: int) -> Conversation:
         f"aws_db_instance.orders: Modifications complete after 12m41s [id={dbi}]\n\n"
         "Apply complete! Resources: 0 added, 1 changed, 0 destroyed.",
         recap="applied the change",
-        binds=[
-            ("tf_address", "aws_db_instance.orders", "terraform_address", "the resource changed",
-             "the changed resource is aws_db_instance.orders", "the database resource was changed"),
-            ("db_resource_id", dbi, "aws_resource_id", "the resource id of the modified instance",
-             f"its resource id is {dbi}", "the instance was modified"),
-        ],
+        # a configuration address and the id of an instance that already existed
+        # (PRINCIPLES §3b, §3c): neither was minted by the apply
+        regen=[("tf_address", "aws_db_instance.orders", "terraform_address"), ("db_resource_id", dbi, "aws_resource_id")],
     )
     b.say("The instance class change is applied. I will watch replication lag and error rates.")
     b.filler(filler, late=True)
@@ -676,8 +672,8 @@ def _kafka(b: _Builder, filler: int) -> Conversation:
         "--reset-offsets --to-datetime 2024-06-11T08:00:00.000 --execute",
         f"GROUP            TOPIC     PARTITION  NEW-OFFSET\n{rows2}",
         recap="reset the offsets to 08:00",
-        binds=[(f"offset_after_{p}", str(n), "kafka_offset", f"new offset of partition {p}",
-                f"now topic invoices partition {p} offset {n}", f"partition {p} was rewound") for p, n in enumerate(new)],
+        # the new offsets are the current state, read again by --describe (PRINCIPLES §3c)
+        regen=[(f"offset_after_{p}", str(n), "kafka_offset") for p, n in enumerate(new)],
     )
     b.say("Offsets are rewound. The consumers will reprocess from 08:00; I will watch for duplicates.")
     b.filler(filler, late=True)
@@ -713,10 +709,8 @@ def _refactor(b: _Builder, filler: int) -> Conversation:
         f"git mv -v {old} {new}",
         f"Renaming {old} to {new}",
         recap="moved the module",
-        binds=[
-            ("old_path", old, "path", "the module's old path", f"the module moved from {old}", "the module was moved"),
-            ("new_path", new, "path", "the module's new path", f"to {new}", "to its new name"),
-        ],
+        # both paths are names the task gave (PRINCIPLES §3b)
+        regen=[("old_path", old, "path"), ("new_path", new, "path")],
     )
     b.run(
         "pytest -q tests/payments",

@@ -28,6 +28,7 @@ __all__ = [
     "Relation",
     "edit_distance",
     "find_altered_in_text",
+    "identifying_token",
     "is_alias",
     "is_altered",
     "is_prefix_alias",
@@ -307,6 +308,24 @@ def relation(a_norm: str, b_norm: str, kind: str) -> Relation | None:
         return "alias"
     if is_altered(a_norm, b_norm, kind):
         return "altered"
+    return None
+
+
+def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
+    """For a composite value, the token that identifies it and its qualifier (PRINCIPLES
+    §4: "for a record such as ``group topic partition offset``, the binding is the
+    identifying token — the offset, with its partition"): Kafka offsets → (offset,
+    partition); an image reference pinned by digest → (digest, None). ``None`` for values
+    that are their own identifying token."""
+    if kind == "kafka_offset":
+        head, _, offset = norm.rpartition("@")
+        partition = head.rpartition(":")[2]
+        if offset.isdigit():
+            return offset, (partition if partition.isdigit() else None)
+        return None
+    if kind == "oci_image" and "@" in norm:
+        digest = norm.rpartition("@")[2]
+        return (digest, None) if ":" in digest else None
     return None
 
 
