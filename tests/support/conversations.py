@@ -216,10 +216,36 @@ class Conversation:
             body["metadata"] = dict(self.metadata)
         return body
 
-    def body(self, dialect: Dialect) -> dict[str, Any]:
+    def to_responses(self, model: str = "gpt-5-codex") -> dict[str, Any]:
+        """An OpenAI Responses API body: ``instructions`` and ``input`` items (messages,
+        ``function_call`` and ``function_call_output``), as Codex sends it."""
+        items: list[dict[str, Any]] = []
+        for t in self.turns:
+            if t.role == "tool":
+                items.append({"type": "function_call_output", "call_id": t.call_id, "output": t.text})
+                continue
+            if t.text:
+                kind = "input_text" if t.role == "user" else "output_text"
+                items.append({"type": "message", "role": t.role, "content": [{"type": kind, "text": t.text}]})
+            for c in t.calls:
+                items.append({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)})
+        body: dict[str, Any] = {"model": model, "input": items}
+        if self.system:
+            body["instructions"] = self.system
+        if self.tools:
+            body["tools"] = [{"type": "function", **dict(f)} for f in self.tools]
+        return body
+
+    def body(self, dialect: str) -> dict[str, Any]:
+        if dialect == "responses":
+            return self.to_responses()
         return self.to_openai() if dialect == "openai" else self.to_anthropic()
 
-    def snapshot(self, dialect: Dialect = "openai") -> Snapshot:
+    def snapshot(self, dialect: str = "openai") -> Snapshot:
+        from proxy.core.messages import from_openai_responses
+
+        if dialect == "responses":
+            return from_openai_responses(self.to_responses())
         return from_openai_chat(self.to_openai()) if dialect == "openai" else from_anthropic(self.to_anthropic())
 
 
@@ -1003,6 +1029,59 @@ def scrub(conv: Conversation, values: Iterable[str], replacement: str = "(value 
     return conv.with_turns(turns, system=clean(conv.system))
 
 
+def _command_line(c: ToolCall) -> str | None:
+    cmd = c.arguments.get("command") if isinstance(c.arguments, Mapping) else None
+    return cmd if isinstance(cmd, str) else None
+
+
+def pasted(conv: Conversation, style: Literal["aider", "cline"] = "aider") -> Conversation:
+    """The same history from an agent without tool calling: every call and its result
+    become text (PRINCIPLES §2: the role that carries the text does not matter).
+
+    ``aider``: the user pastes ``I ran this command: … And got this output: …`` (a JSON
+    tool call is pasted as ``[tool for '{args}'] Result:``); ``cline``: the assistant writes
+    ``<execute_command><command>…</command></execute_command>`` and the user answers
+    ``[execute_command for '…'] Result:``. Planted values and steps keep their meaning;
+    turn indices change, so steps are re-indexed."""
+    out: list[Turn] = []
+    index: dict[int, int] = {}
+    calls: dict[str, ToolCall] = {}
+    for i, t in enumerate(conv.turns):
+        if t.role == "assistant" and t.calls:
+            for c in t.calls:
+                calls[c.id] = c
+            if style == "cline":
+                xml = "\n".join(
+                    f"<execute_command>\n<command>{_command_line(c)}</command>\n</execute_command>"
+                    if _command_line(c) is not None
+                    else f"<{c.name}>\n{json.dumps(c.arguments)}\n</{c.name}>"
+                    for c in t.calls
+                )
+                out.append(Turn("assistant", (t.text + "\n" if t.text else "") + xml))
+            elif t.text:
+                out.append(Turn("assistant", t.text))
+            index[i] = max(0, len(out) - 1)
+            continue
+        if t.role == "tool":
+            c = calls.get(t.call_id or "")
+            cmd = _command_line(c) if c is not None else None
+            if style == "aider" and cmd is not None:
+                text = f"I ran this command:\n\n{cmd}\n\nAnd got this output:\n\n{t.text}\n"
+            elif cmd is not None:
+                text = f"[execute_command for '{cmd}'] Result:\nCommand executed.\nOutput:\n{t.text}"
+            else:
+                args = json.dumps(c.arguments) if c is not None else ""
+                text = f"[{c.name if c else 'tool'} for '{args}'] Result:\n{t.text}"
+            out.append(Turn("user", text))
+            index[i] = len(out) - 1
+            continue
+        out.append(t)
+        index[i] = len(out) - 1
+    steps = tuple(replace(st, first=index.get(st.first, 0), last=index.get(st.last, 0)) for st in conv.steps)
+    planted = tuple(replace(p, turn=index.get(p.turn, p.turn)) for p in conv.planted)
+    return replace(conv, turns=tuple(out), steps=steps, planted=planted, tools=())
+
+
 def benign_truncation(conv: Conversation) -> Compaction:
     """Plain truncation that cuts only the read-only head (before the first binding)."""
     return compact(conv, "truncation", keep_last=len(conv.turns) - conv.first_binding_step())
@@ -1088,6 +1167,7 @@ __all__ = [
     "build_task",
     "compact",
     "mask",
+    "pasted",
     "scrub",
     "summarization_request",
     "transcript",

@@ -995,6 +995,14 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
             return CallClass(True, None, frozenset(domains), f"verb _{last}")
         if last in _READ_VERBS:
             return CallClass(False, None, frozenset(domains), f"verb _{last}")
+        # a verb in the middle: "payments_create_intent", "dns_list_records"
+        mids = words[1:-1]
+        for w in mids:
+            if w in _WRITE_VERBS and w not in ("log", "test"):
+                return CallClass(True, None, frozenset(domains), f"verb _{w}_")
+        for w in mids:
+            if w in _READ_VERBS:
+                return CallClass(False, None, frozenset(domains), f"verb _{w}_")
         # an action argument: {"action": "create_refund"}
         act = args.get("action") or args.get("operation") or args.get("op")
         if isinstance(act, str):

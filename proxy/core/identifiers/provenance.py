@@ -206,7 +206,7 @@ def _decide(
         if (o.role == _MENTION and o.agent) or (o.role == _ARGS and (o.step is None or o.step.mutating is not True)):
             continue  # the agent's own words: not a source
         if o.role == _ARGS and o.step is not None and o.step.mutating is True:
-            if opaque and not (klass == "name" and derivable(value, o.order)):
+            if opaque and not derivable(value, o.order):
                 return "2c"
             reason = "3b"
         break
@@ -309,9 +309,10 @@ def judge(
     every = sorted((o for occs in groups.values() for o in occs), key=lambda o: o.order)
 
     def derivable(value: str, before: tuple[int, int, int]) -> bool:
-        """A name composed of parts seen earlier (``nightly/orders-7f3a.dump`` after a
-        listing showed ``orders-7f3a.dump``): every machine-made piece of it occurs in an
-        earlier value (PRINCIPLES §3b). Only asked for names first written into a
+        """A value composed of parts seen earlier (``nightly/orders-7f3a.dump`` after a
+        listing showed ``orders-7f3a.dump``, a zone id after ``/hostedzone/<id>``): every
+        machine-made piece of it occurs in an earlier value, so it has an earlier source
+        (PRINCIPLES §2c, §3b). Only asked for opaque values first written into a
         state-changing call, so the scan of earlier values stays rare."""
         pieces = [p.lower() for p in _PIECES.findall(value) if has_opaque_part(p)]
         if not pieces:

@@ -136,7 +136,18 @@ def _opaque_piece(p: str) -> bool:
         return n >= 12 and _transitions(p) >= max(4, n // 4)
     if _HEX_RUN.match(p) and n >= 7:
         return True
-    return n >= 8 and _transitions(p) >= 3
+    if n < 8:
+        return False
+    tr = _transitions(p)
+    # two class changes (``vwga6nxuxe`` vs ``api2server``): many BPE pieces per character
+    # is what tells a random token from words glued to a number
+    return tr >= 3 or (tr == 2 and fragmentation(p) >= 0.4)
+
+
+def opaque_body(value: str) -> bool:
+    """The part after a vendor prefix (``var_``, ``chg_``, ``lk_``) is machine-made."""
+    body = value.split("_", 1)[-1] if "_" in value else value
+    return has_opaque_part(body)
 
 
 def has_opaque_part(value: str) -> bool:
@@ -292,4 +303,5 @@ VALIDATORS: Mapping[str, Validator] = {
     "not_all_digits": not_all_digits,
     "not_uuid": not_uuid,
     "opaque_part": has_opaque_part,
+    "opaque_body": opaque_body,
 }

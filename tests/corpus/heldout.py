@@ -1,0 +1,722 @@
+"""A held-out corpus: task families, compaction styles and dialects that the shared dev
+corpus does not have, labelled by corpus/PRINCIPLES.md — never by what the gate does.
+
+Families (each a small, realistic agent history; the values a later step needs are
+labelled with the rule that makes them required):
+
+- ``dns_cli`` — a CNAME switched with ``aws route53``: the previous target (§2b, read by
+  ``dig`` before the change), the change id (§2a);
+- ``dns_api`` — an A record updated through a DNS provider's tools: the previous address
+  (§2b); the record id is the identity of the record (§3b);
+- ``feature_flag`` — a flag's variation flipped: the previous variation (§2b), the
+  change id (§2a);
+- ``db_row`` — an UPDATE after a SELECT of the same row: the previous value (§2b);
+- ``gcp_operation`` / ``azure_operation`` — async cloud operations (§2a);
+- ``sqs_receipt`` — a received message's receipt handle (§2a);
+- ``etcd_lease`` / ``consul_session`` — a lease id, a session id (§2a);
+- ``blue_green`` — a load balancer switched from blue to green: the blue target group
+  (§2b);
+- ``ci_pipeline`` — a pipeline run id, numeric (§2a);
+- ``container`` — ``docker run -d``: the container id (§2a); the pull's layer digests are
+  noise (§3d);
+- ``payment_intent`` — an idempotency key the agent generated (§2c), the intent id and
+  the charge (§2a), a client secret minted by the step (a required secret: §4);
+- ``backup_stamp`` — a backup path with a time stamp (§2a), its checksum is derivable;
+- ``change_ticket`` — a change number and sys_id of a vendor API without a known prefix
+  (§2a);
+- negatives: ``noise_readonly`` (only read-only output and noise: request and trace ids,
+  layer digests, wheel hashes, a git log) and ``echo_only`` (state-changing steps that
+  only echo the names the agent gave).
+
+Styles: ``json_state``, ``system_memory``, ``tool_digest``, ``drop_tools``,
+``assistant_bullets``, ``middle_out`` (new) and ``claude_code``, ``codex`` (known).
+Dialects: OpenAI chat, Anthropic, the Responses API, and histories without tool calls
+(``pasted_aider``: command output pasted by the user; ``pasted_cline``).
+
+Write the cases in the shared corpus's format and score them with its scorer::
+
+    python -m tests.corpus.heldout --out /tmp/heldout && ../shared/corpus/score /tmp/heldout
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import string
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tests.support.conversations import BASH_TOOL, Conversation, Planted, Step, ToolCall, Turn, pasted
+
+# --------------------------------------------------------------------------- builder
+
+
+@dataclass(frozen=True)
+class Label:
+    value: str
+    required: bool
+    rule: str
+    secret: bool = False
+
+
+class _Ids:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def _mixed(self, alphabet: str, n: int) -> str:
+        while True:
+            s = "".join(self.rng.choice(alphabet) for _ in range(n))
+            if any(c.isdigit() for c in s) and any(c.isalpha() for c in s):
+                return s
+
+    def hex(self, n: int) -> str:
+        return self._mixed("0123456789abcdef", n)
+
+    def alnum(self, n: int) -> str:
+        return self._mixed(string.ascii_letters + string.digits, n)
+
+    def upper(self, n: int) -> str:
+        return self._mixed(string.ascii_uppercase + string.digits, n)
+
+    def lower(self, n: int) -> str:
+        return self._mixed(string.ascii_lowercase + string.digits, n)
+
+    def uuid(self) -> str:
+        h = self.hex(32)
+        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{self.rng.choice('89ab')}{h[17:20]}-{h[20:32]}"
+
+    def num(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+
+class _Fam:
+    def __init__(self, family: str, seed: int) -> None:
+        self.family = family
+        self.rng = random.Random(f"heldout:{family}:{seed}")
+        self.ids = _Ids(self.rng)
+        self.turns: list[Turn] = []
+        self.labels: list[Label] = []
+        self.steps: list[Step] = []
+        self._n = 0
+
+    def user(self, text: str) -> None:
+        self.turns.append(Turn("user", text))
+
+    def say(self, text: str) -> None:
+        self.turns.append(Turn("assistant", text))
+
+    def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        output: str,
+        recap: str,
+        *,
+        required: Sequence[tuple[str, str]] = (),
+        regen: Sequence[str] = (),
+        secrets: Sequence[str] = (),
+        say: str = "",
+    ) -> None:
+        """One tool call and its result. ``required``: (value, rule) pairs;
+        ``regen``: values that are not required (read-only, echoes, noise)."""
+        self._n += 1
+        cid = f"call_{self.ids.alnum(16)}"
+        first = len(self.turns)
+        self.turns.append(Turn("assistant", say, calls=(ToolCall(cid, tool, args),)))
+        self.turns.append(Turn("tool", output, call_id=cid, tool_name=tool))
+        text = json.dumps(args) + "\n" + output
+        for v, rule in required:
+            assert v in text, (self.family, v)
+            if not any(lb.value == v for lb in self.labels):
+                self.labels.append(Label(v, True, rule))
+        for v in secrets:
+            assert v in text, (self.family, v)
+            self.labels.append(Label(v, True, "2a", secret=True))
+        for v in regen:
+            assert v in text, (self.family, v)
+            if not any(lb.value == v for lb in self.labels):
+                self.labels.append(Label(v, False, "3"))
+        self.steps.append(Step(first, first + 1, recap, tuple(v for v, _ in required)))
+
+    def bash(self, command: str, output: str, recap: str, **kw: Any) -> None:
+        self.call("bash", {"command": command}, output, recap, **kw)
+
+    def noise(self) -> None:
+        """A read-only test run, as agents do between steps."""
+        n = self.ids.num(40, 900)
+        self.bash(
+            "pytest -q tests/",
+            f"collected {n} items\n{n - 2} passed, 2 skipped in {self.ids.num(3, 90)}.{self.ids.num(10, 99)}s\n"
+            f"HTTP/1.1 200 OK  content-length: {self.ids.num(300, 9000)}",
+            "ran the tests",
+        )
+
+    def build(self, system: str, goal: str) -> tuple[Conversation, tuple[Label, ...]]:
+        conv = Conversation(
+            task=self.family,
+            system=system,
+            turns=tuple(self.turns),
+            planted=tuple(Planted(lb.value, lb.value, "x", not lb.required, 0, lb.rule) for lb in self.labels),
+            steps=tuple(self.steps),
+            goal=goal,
+            tools=(BASH_TOOL,),
+        )
+        return conv, tuple(self.labels)
+
+
+# --------------------------------------------------------------------------- families
+
+
+def _dns_cli(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    zone = "Z" + f.ids.upper(13)
+    old = f"lb-blue-{f.ids.hex(8)}.eu-west-1.elb.amazonaws.com"
+    new = f"lb-green-{f.ids.hex(8)}.eu-west-1.elb.amazonaws.com"
+    change = "/change/C" + f.ids.upper(13)
+    f.user("Point www.shop-demo.io at the green load balancer. Keep the current target so we can switch back.")
+    f.bash(
+        "aws route53 list-hosted-zones-by-name --dns-name shop-demo.io --max-items 1",
+        json.dumps({"HostedZones": [{"Id": f"/hostedzone/{zone}", "Name": "shop-demo.io.", "ResourceRecordSetCount": 14}]}, indent=2),
+        "found the hosted zone",
+        regen=[zone],
+    )
+    f.bash("dig +short CNAME www.shop-demo.io", old + ".", "read the current CNAME target", required=[(old, "2b")])
+    f.bash(
+        "aws elbv2 describe-load-balancers --names shop-green --query 'LoadBalancers[0].DNSName' --output text",
+        new,
+        "looked up the green load balancer",
+        regen=[new],
+    )
+    batch = json.dumps({"Changes": [{"Action": "UPSERT", "ResourceRecordSet": {"Name": "www.shop-demo.io", "Type": "CNAME", "TTL": 60, "ResourceRecords": [{"Value": new}]}}]})
+    f.bash(
+        f"aws route53 change-resource-record-sets --hosted-zone-id {zone} --change-batch '{batch}'",
+        json.dumps({"ChangeInfo": {"Id": change, "Status": "PENDING", "SubmittedAt": "2024-06-11T09:14:02.511Z"}}, indent=2),
+        "submitted the record change",
+        required=[(change, "2a")],
+    )
+    f.noise()
+    f.bash(f"aws route53 get-change --id {change}", json.dumps({"ChangeInfo": {"Id": change, "Status": "INSYNC"}}), "the change is in sync")
+    return f.build("You are an SRE agent with AWS CLI access.", "switch www.shop-demo.io to the green load balancer, reversibly")
+
+
+def _dns_api(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    rec = f.ids.hex(32)
+    old = f"10.{f.ids.num(1, 250)}.{f.ids.num(1, 250)}.{f.ids.num(2, 250)}"
+    new = f"10.{f.ids.num(1, 250)}.{f.ids.num(1, 250)}.{f.ids.num(2, 250)}"
+    f.user(f"Move api.shop-demo.io to the new ingress at {new}; if health checks fail, put the old address back.")
+    f.call(
+        "dns_list_records",
+        {"zone": "shop-demo.io", "name": "api.shop-demo.io"},
+        json.dumps({"result": [{"id": rec, "type": "A", "name": "api.shop-demo.io", "content": old, "ttl": 300, "proxied": False}]}),
+        "read the current A record",
+        required=[(old, "2b")],
+        regen=[rec],
+    )
+    f.call(
+        "dns_update_record",
+        {"zone": "shop-demo.io", "record_id": rec, "type": "A", "content": new, "ttl": 60},
+        json.dumps({"success": True, "result": {"id": rec, "content": new, "modified_on": "2024-06-11T09:20:11Z"}}),
+        "updated the A record",
+    )
+    f.noise()
+    return f.build("You are an infrastructure agent. Tools: dns_list_records, dns_update_record, bash.", "move api.shop-demo.io to the new ingress, reversibly")
+
+
+def _feature_flag(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    old, new = "var_" + f.ids.lower(10), "var_" + f.ids.lower(10)
+    chg = "chg_" + f.ids.alnum(16)
+    f.user("Turn the checkout-v2 flag to the 'new-flow' variation in production; we may need to revert it exactly.")
+    f.call(
+        "flags_get",
+        {"project": "web", "key": "checkout-v2"},
+        json.dumps(
+            {
+                "key": "checkout-v2",
+                "environments": {"production": {"on": True, "fallthrough": {"variation": old}}},
+                "variations": [{"_id": old, "name": "control"}, {"_id": new, "name": "new-flow"}],
+                "_version": f.ids.num(20, 90),
+            },
+            indent=2,
+        ),
+        "read the flag",
+        required=[(old, "2b")],
+        regen=[new],
+    )
+    f.call(
+        "flags_update",
+        {"project": "web", "key": "checkout-v2", "env": "production", "fallthrough_variation": new},
+        json.dumps({"key": "checkout-v2", "change": {"id": chg, "status": "applied"}}),
+        "switched the flag to new-flow",
+        required=[(chg, "2a")],
+    )
+    f.noise()
+    return f.build("You are a release agent. Tools: flags_get, flags_update, bash.", "flip checkout-v2 to new-flow in production, reversibly")
+
+
+def _db_row(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(1000, 9999))
+    old, new = "cus_" + f.ids.alnum(14), "cus_" + f.ids.alnum(14)
+    f.user(f"Account {acct} must bill to customer {new} from now on. Keep the old customer reference for finance.")
+    f.bash(
+        f'psql -d billing -c "SELECT id, billing_customer, plan FROM accounts WHERE id = {acct}"',
+        f"  id  | billing_customer     | plan\n------+----------------------+------\n {acct} | {old}   | pro\n(1 row)",
+        "read the account row",
+        required=[(old, "2b")],
+    )
+    f.bash(
+        f"psql -d billing -c \"UPDATE accounts SET billing_customer = '{new}' WHERE id = {acct}\"",
+        "UPDATE 1",
+        "updated the billing customer",
+    )
+    f.bash(
+        f'psql -d billing -c "SELECT billing_customer FROM accounts WHERE id = {acct}"',
+        f" billing_customer\n------------------\n {new}\n(1 row)",
+        "checked the new value",
+        regen=[new],
+    )
+    return f.build("You are a database operations agent with shell access.", f"re-point account {acct} to the new billing customer")
+
+
+def _gcp_operation(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    op = f.ids.uuid()
+    f.user("Resize the prod-db Cloud SQL instance to 4 vCPUs without blocking; track the operation.")
+    f.bash("gcloud sql instances describe prod-db --format='value(settings.tier)'", "db-custom-2-8192", "read the current tier")
+    f.bash(
+        "gcloud sql instances patch prod-db --tier=db-custom-4-16384 --async --format=json",
+        json.dumps({"kind": "sql#operation", "name": op, "operationType": "UPDATE", "status": "PENDING", "targetId": "prod-db", "insertTime": "2024-06-11T09:30:00.102Z"}, indent=2),
+        "started the resize operation",
+        required=[(op, "2a")],
+    )
+    f.noise()
+    f.bash(f"gcloud sql operations describe {op} --format='value(status)'", "RUNNING", "the operation is running")
+    return f.build("You are a cloud operations agent with gcloud.", "resize prod-db asynchronously and follow the operation")
+
+
+def _azure_operation(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    sub, op = f.ids.uuid(), f.ids.uuid()
+    url = f"https://management.azure.com/subscriptions/{sub}/providers/Microsoft.Compute/locations/westeurope/operations/{op}?api-version=2024-03-01"
+    f.user("Resize api-vm-01 to Standard_D4s_v5 without waiting, then poll the async operation until it finishes.")
+    f.bash("az account show --query id -o tsv", sub, "read the subscription", regen=[sub])
+    f.bash(
+        "az vm resize -g shop-rg -n api-vm-01 --size Standard_D4s_v5 --no-wait --debug 2>&1 | grep -i azure-asyncoperation",
+        f"DEBUG: Response headers: 'Azure-AsyncOperation': '{url}'",
+        "started the resize",
+        required=[(op, "2a"), (url, "2a")],
+    )
+    f.noise()
+    return f.build("You are a cloud operations agent with the az CLI.", "resize api-vm-01 and poll the operation")
+
+
+def _sqs_receipt(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(10**11, 10**12 - 1))
+    q = f"https://sqs.eu-west-1.amazonaws.com/{acct}/invoice-jobs"
+    handle = "AQEB" + f.ids.alnum(140)
+    f.user("Take one job from the invoice-jobs queue, process it, and delete it only once it succeeded.")
+    f.bash("aws sqs get-queue-url --queue-name invoice-jobs", json.dumps({"QueueUrl": q}), "found the queue", regen=[q])
+    f.bash(
+        f"aws sqs receive-message --queue-url {q} --visibility-timeout 900 --max-number-of-messages 1",
+        json.dumps({"Messages": [{"ReceiptHandle": handle, "Body": json.dumps({"invoice": f"INV-2024-{f.ids.num(1000, 9999)}"})}]}, indent=2),
+        "received a job",
+        required=[(handle, "2a")],
+    )
+    f.noise()
+    return f.build("You are a worker agent with AWS CLI access.", "process one invoice job and delete it after success")
+
+
+def _etcd_lease(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    lease = f.ids.hex(16)
+    f.user("Hold the reindex lock in etcd for two minutes while the reindex runs; release it when done.")
+    f.bash("etcdctl lease grant 120", f"lease {lease} granted with TTL(120s)", "granted a lease", required=[(lease, "2a")])
+    f.bash(f"etcdctl put --lease={lease} /locks/reindex worker-3", "OK", "took the lock under the lease")
+    f.noise()
+    return f.build("You are an operations agent with etcdctl.", "hold the reindex lock during the reindex")
+
+
+def _consul_session(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    sid = f.ids.uuid()
+    f.user("Acquire the deploy lock in Consul before deploying, and release it afterwards.")
+    f.bash(
+        "curl -s -X PUT http://127.0.0.1:8500/v1/session/create -d '{\"Name\": \"deploy-lock\", \"TTL\": \"60s\"}'",
+        json.dumps({"ID": sid}),
+        "created a session",
+        required=[(sid, "2a")],
+    )
+    f.bash(f"curl -s -X PUT 'http://127.0.0.1:8500/v1/kv/locks/deploy?acquire={sid}' -d 'ci-runner-7'", "true", "acquired the lock")
+    f.noise()
+    return f.build("You are a deploy agent with shell access.", "deploy under the Consul lock")
+
+
+def _blue_green(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(10**11, 10**12 - 1))
+    listener = f"arn:aws:elasticloadbalancing:eu-west-1:{acct}:listener/app/shop/{f.ids.hex(16)}/{f.ids.hex(16)}"
+    blue = f"arn:aws:elasticloadbalancing:eu-west-1:{acct}:targetgroup/shop-blue/{f.ids.hex(16)}"
+    green = f"arn:aws:elasticloadbalancing:eu-west-1:{acct}:targetgroup/shop-green/{f.ids.hex(16)}"
+    f.user(f"Switch the shop listener from blue to green. Listener: {listener}. Be ready to switch back.")
+    f.bash(
+        f"aws elbv2 describe-listeners --listener-arns {listener}",
+        json.dumps({"Listeners": [{"ListenerArn": listener, "Port": 443, "DefaultActions": [{"Type": "forward", "TargetGroupArn": blue}]}]}, indent=2),
+        "read the listener's current target group",
+        required=[(blue, "2b")],
+    )
+    f.bash(
+        "aws elbv2 describe-target-groups --names shop-green",
+        json.dumps({"TargetGroups": [{"TargetGroupArn": green, "TargetGroupName": "shop-green", "Port": 8080}]}, indent=2),
+        "looked up the green target group",
+        regen=[green],
+    )
+    f.bash(
+        f"aws elbv2 modify-listener --listener-arn {listener} --default-actions Type=forward,TargetGroupArn={green}",
+        json.dumps({"Listeners": [{"ListenerArn": listener, "DefaultActions": [{"Type": "forward", "TargetGroupArn": green}]}]}, indent=2),
+        "switched the listener to green",
+    )
+    f.noise()
+    return f.build("You are a release agent with AWS CLI access.", "switch the shop listener from blue to green, reversibly")
+
+
+def _ci_pipeline(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    pid = f.ids.num(1_000_000, 9_999_999)
+    f.user("Trigger the release pipeline for release/2.14 and watch it.")
+    f.call(
+        "ci_trigger_pipeline",
+        {"project": "acme/shop", "ref": "release/2.14"},
+        json.dumps({"id": pid, "iid": f.ids.num(100, 999), "status": "created", "ref": "release/2.14", "web_url": f"https://ci.acme.io/acme/shop/-/pipelines/{pid}"}),
+        "triggered the pipeline",
+        required=[(str(pid), "2a")],
+    )
+    f.call("ci_get_pipeline", {"project": "acme/shop", "id": pid}, json.dumps({"id": pid, "status": "running"}), "the pipeline is running")
+    f.noise()
+    return f.build("You are a release agent. Tools: ci_trigger_pipeline, ci_get_pipeline, bash.", "run the release pipeline for release/2.14")
+
+
+def _container(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    layers = [f.ids.hex(12) for _ in range(3)]
+    digest = "sha256:" + f.ids.hex(64)
+    cid = f.ids.hex(64)
+    img = "registry.acme.io/shop/web:2.14.0"
+    f.user("Start a canary container of web 2.14.0 on port 8081 next to the running one; we will remove it after the check.")
+    f.bash(
+        f"docker pull {img}",
+        "2.14.0: Pulling from shop/web\n" + "\n".join(f"{x}: Pull complete" for x in layers) + f"\nDigest: {digest}\nStatus: Downloaded newer image for {img}",
+        "pulled the image",
+        regen=[*layers, digest],
+    )
+    f.bash(f"docker run -d --name web-canary -p 8081:80 {img}", cid, "started the canary container", required=[(cid, "2a")])
+    f.noise()
+    return f.build("You are a deploy agent with docker.", "run a canary of web 2.14.0 and remove it after the check")
+
+
+def _payment_intent(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    cus = "cus_" + f.ids.alnum(14)
+    key = f.ids.uuid()
+    pi = "pi_" + f.ids.alnum(24)
+    secret = f"{pi}_secret_{f.ids.alnum(24)}"
+    ch = "ch_" + f.ids.alnum(24)
+    f.user(f"Charge customer {cus} 25.00 EUR for the replacement part, exactly once.")
+    f.call(
+        "payments_create_intent",
+        {"amount": 2500, "currency": "eur", "customer": cus, "idempotency_key": key},
+        json.dumps({"id": pi, "object": "payment_intent", "status": "requires_confirmation", "client_secret": secret, "customer": cus}),
+        "created the payment intent",
+        required=[(key, "2c"), (pi, "2a")],
+        secrets=[secret],
+        regen=[cus],
+    )
+    f.call(
+        "payments_confirm_intent",
+        {"id": pi, "payment_method": "pm_card_visa"},
+        json.dumps({"id": pi, "status": "succeeded", "latest_charge": ch}),
+        "confirmed the payment",
+        required=[(ch, "2a")],
+    )
+    f.noise()
+    return f.build("You are a billing agent. Tools: payments_create_intent, payments_confirm_intent, bash.", f"charge {cus} once")
+
+
+def _backup_stamp(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    stamp = f"2024-06-{f.ids.num(10, 28)}T0{f.ids.num(1, 9)}-{f.ids.num(10, 59)}-{f.ids.num(10, 59)}Z"
+    path = f"/var/backups/shop/shop-{stamp}.dump"
+    digest = f.ids.hex(64)
+    f.user("Back up the shop database before the schema change, then apply the change. Keep the backup file at hand.")
+    f.bash(
+        "backup-db --database shop --target /var/backups/shop",
+        f"Backup written to {path} (4.2 GB)\nsha256: {digest}",
+        "backed up the database",
+        required=[(path, "2a")],
+        regen=[digest],
+    )
+    f.bash("psql -d shop -f migrations/2024_06_add_index.sql", "CREATE INDEX", "applied the schema change")
+    f.noise()
+    return f.build("You are a database operations agent with shell access.", "back up shop, then apply the schema change")
+
+
+def _change_ticket(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    number = f"CHG{f.ids.num(10**6, 10**7 - 1)}"
+    sys_id = f.ids.hex(32)
+    issue = f"OPS-{f.ids.num(1000, 9999)}"
+    f.user("Open a change request for tonight's prod-db resize and a follow-up ticket for the runbook update.")
+    f.call(
+        "itsm_create_change",
+        {"summary": "Resize prod-db to 4 vCPU", "risk": "low", "window": "2024-06-12T01:00Z"},
+        json.dumps({"result": {"number": number, "sys_id": sys_id, "state": "new"}}),
+        "opened the change request",
+        required=[(number, "2a"), (sys_id, "2a")],
+    )
+    f.call(
+        "jira_create_issue",
+        {"project": "OPS", "summary": "Update the prod-db resize runbook", "type": "Task"},
+        json.dumps({"id": str(f.ids.num(10000, 99999)), "key": issue, "self": "https://acme.atlassian.net/rest/api/2/issue/" + issue}),
+        "opened the follow-up ticket",
+        required=[(issue, "2a")],
+    )
+    f.noise()
+    return f.build("You are an operations agent. Tools: itsm_create_change, jira_create_issue, bash.", "open the change request and the follow-up ticket")
+
+
+def _noise_readonly(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    rid, trace = f.ids.uuid(), f.ids.hex(32)
+    layers = [f.ids.hex(12) for _ in range(2)]
+    digest = "sha256:" + f.ids.hex(64)
+    shas = [f.ids.hex(7) for _ in range(4)]
+    wheel = f.ids.hex(64)
+    order = "ord_" + f.ids.alnum(16)
+    req = "req_" + f.ids.alnum(14)
+    f.user("The checkout API is slow. Investigate, but do not change anything yet.")
+    f.bash(
+        "kubectl -n shop logs deploy/api --tail=2",
+        f"2024-06-11T09:40:01Z INFO request_id={rid} trace_id={trace} POST /v1/checkout 200 1840ms\n2024-06-11T09:40:02Z INFO GET /healthz 200 2ms",
+        "read the api logs",
+        regen=[rid, trace],
+    )
+    f.bash(
+        "docker pull registry.acme.io/shop/api:2.13.1",
+        "2.13.1: Pulling from shop/api\n" + "\n".join(f"{x}: Already exists" for x in layers) + f"\nDigest: {digest}\nStatus: Image is up to date for registry.acme.io/shop/api:2.13.1",
+        "pulled the running image to inspect it",
+        regen=[*layers, digest],
+    )
+    f.bash("git log --oneline -4", "\n".join(f"{s} {m}" for s, m in zip(shas, ["tune pool", "add cache", "bump deps", "fix retry"], strict=True)), "read the recent history", regen=shas)
+    f.bash(
+        "pip install --no-deps ./vendor/profiler",
+        f"Processing ./vendor/profiler\nBuilding wheels for collected packages: profiler\n  Created wheel for profiler: filename=profiler-0.4.1-py3-none-any.whl size=18211 sha256={wheel}\nSuccessfully installed profiler-0.4.1",
+        "installed the profiler",
+        regen=[wheel],
+    )
+    f.call(
+        "http_request",
+        {"method": "GET", "url": f"https://api.shop-demo.io/v1/orders/{order}"},
+        json.dumps({"id": order, "status": "paid", "request_id": req}),
+        "fetched a slow order",
+        regen=[order, req],
+    )
+    return f.build("You are an SRE agent. Investigate only.", "find why checkout is slow, read-only")
+
+
+def _echo_only(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    f.user("Create the exports bucket acme-exports-eu, a data directory, and label the api deployment for the payments team.")
+    f.bash("aws s3 mb s3://acme-exports-eu --region eu-west-1", "make_bucket: acme-exports-eu", "created the bucket", regen=["s3://acme-exports-eu"])
+    f.bash("mkdir -p /srv/data/exports/eu && ls -d /srv/data/exports/eu", "/srv/data/exports/eu", "created the directory", regen=["/srv/data/exports/eu"])
+    f.bash("kubectl -n shop label deployment/api team=payments", "deployment.apps/api labeled", "labelled the deployment", regen=["deployment.apps/api"])
+    f.call("write_file", {"path": "config/exports.yaml", "content": "bucket: acme-exports-eu\nprefix: eu/\n"}, "wrote config/exports.yaml", "wrote the config", regen=["config/exports.yaml"])
+    f.noise()
+    return f.build("You are a platform agent with shell access.", "create the exports bucket and directory, label the deployment")
+
+
+FAMILIES: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
+    "dns_cli": _dns_cli,
+    "dns_api": _dns_api,
+    "feature_flag": _feature_flag,
+    "db_row": _db_row,
+    "gcp_operation": _gcp_operation,
+    "azure_operation": _azure_operation,
+    "sqs_receipt": _sqs_receipt,
+    "etcd_lease": _etcd_lease,
+    "consul_session": _consul_session,
+    "blue_green": _blue_green,
+    "ci_pipeline": _ci_pipeline,
+    "container": _container,
+    "payment_intent": _payment_intent,
+    "backup_stamp": _backup_stamp,
+    "change_ticket": _change_ticket,
+    "noise_readonly": _noise_readonly,
+    "echo_only": _echo_only,
+}
+
+# --------------------------------------------------------------------------- compaction
+
+STYLES = ("json_state", "system_memory", "tool_digest", "drop_tools", "assistant_bullets", "middle_out", "claude_code", "codex")
+MODES = ("keep_all", "keep_required", "drop_one", "drop_all", "alter")
+DIALECTS = ("openai", "anthropic", "responses", "pasted_aider", "pasted_cline")
+
+
+def _damage(v: str, rng: random.Random) -> str:
+    """A value cut short, or with one character changed (PRINCIPLES §4: altered)."""
+    if rng.random() < 0.5 and len(v) >= 8:
+        return v[: max(6, len(v) * 2 // 3)]
+    i = len(v) - 2
+    c = v[i]
+    pool = string.digits if c.isdigit() else string.ascii_lowercase if c.islower() else string.ascii_uppercase if c.isupper() else "x"
+    return v[:i] + rng.choice([x for x in pool if x != c] or ["q"]) + v[i + 1 :]
+
+
+def _refs(labels: Sequence[Label], mode: str, rng: random.Random) -> tuple[list[str], set[str]]:
+    """The values a summary states, and the required ones it leaves out or damages."""
+    req = [lb.value for lb in labels if lb.required]
+    regen = [lb.value for lb in labels if not lb.required]
+    if mode == "keep_all":
+        return req + regen, set()
+    if mode == "keep_required":
+        return list(req), set()
+    if mode == "drop_all" or not req:
+        return [], set(req)
+    if mode == "drop_one":
+        gone = rng.choice(req)
+        return [v for v in req if v != gone], {gone}
+    gone = rng.choice(req)  # alter
+    return [(_damage(v, rng) if v == gone else v) for v in req], {gone}
+
+
+def _summary(conv: Conversation, refs: Sequence[str], style: str) -> str:
+    recaps = "; ".join(st.recap for st in conv.steps)
+    if style == "json_state":
+        return json.dumps({"task": conv.goal, "done": [st.recap for st in conv.steps], "references": list(refs), "next": "continue and verify"}, indent=1)
+    if style == "assistant_bullets":
+        return "Progress so far:\n" + "\n".join(f"- {st.recap}" for st in conv.steps) + ("\nIdentifiers: " + ", ".join(f"`{r}`" for r in refs) if refs else "")
+    return f"The user asked: {conv.goal}. So far: {recaps}." + (f" Key references: {', '.join(refs)}." if refs else "")
+
+
+def _tail_start(turns: Sequence[Turn], keep: int) -> int:
+    start = max(1, len(turns) - keep)
+    while 0 < start < len(turns) and turns[start].role == "tool":
+        start -= 1
+    return start
+
+
+def compact_heldout(conv: Conversation, style: str, refs: Sequence[str], keep: int) -> Conversation:
+    """The history after a compaction in ``style`` whose summary states ``refs``."""
+    turns = list(conv.turns)
+    first = turns[0]
+    start = _tail_start(turns, keep)
+    tail = turns[start:]
+    text = _summary(conv, refs, style)
+    if style == "json_state":
+        return conv.with_turns([first, Turn("user", "Context checkpoint (JSON state of the work so far):\n" + text)] + tail)
+    if style == "system_memory":
+        return replace(conv.with_turns([first] + tail), system=conv.system + "\n\n<memory>\n" + text + "\n</memory>")
+    if style == "tool_digest":  # every old tool output replaced by a one-line digest, calls kept
+        out = [replace(t, text=f"[output elided: {t.text.count(chr(10)) + 1} lines]") if t.role == "tool" and i < start else t for i, t in enumerate(turns)]
+        return conv.with_turns(out)
+    if style == "drop_tools":  # tool calls and results removed, summary as an assistant note
+        kept = [t for t in turns[1:] if t.role != "tool" and not t.calls]
+        return conv.with_turns([first, Turn("assistant", "Summary of my work so far: " + text)] + kept[-1:])
+    if style == "assistant_bullets":
+        return conv.with_turns([first, Turn("assistant", text)] + tail)
+    if style == "middle_out":  # no summary: the middle of the history is cut
+        return conv.with_turns([first] + tail)
+    if style == "claude_code":
+        return conv.with_turns(
+            [Turn("user", "This session is being continued from a previous conversation that ran out of context. The conversation is summarized below:\n" + text)] + tail
+        )
+    # codex
+    return conv.with_turns([first, Turn("user", "Another language model started to solve this problem and produced a summary of its thinking process. " + text)] + tail)
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def _visible(value: str, text: str) -> bool:
+    for m in re.finditer(re.escape(value), text):
+        a, z = m.start(), m.end()
+        if (a == 0 or not text[a - 1].isalnum()) and (z == len(text) or not text[z].isalnum()):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class HeldOutCase:
+    case: str
+    family: str
+    style: str
+    mode: str
+    dialect: str
+    before: dict[str, Any]
+    after: dict[str, Any]
+    dropped: tuple[str, ...]
+    dropped_secrets: int
+    dropped_regen: tuple[str, ...]
+    required: tuple[str, ...] = field(default=())
+
+    @property
+    def destructive(self) -> bool:
+        return bool(self.dropped) or self.dropped_secrets > 0
+
+    def label(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "family": self.family,
+            "style": self.style,
+            "mode": self.mode,
+            "dialect": self.dialect,
+            "destructive": self.destructive,
+            "dropped_nonregen": list(self.dropped),
+            "dropped_regen": list(self.dropped_regen),
+            "nonregen": list(self.required),
+        }
+
+
+def _render(conv: Conversation, dialect: str) -> dict[str, Any]:
+    if dialect == "pasted_aider":
+        return conv.to_openai()
+    if dialect == "pasted_cline":
+        return conv.to_anthropic()
+    return conv.body(dialect)
+
+
+def _one(i: int) -> HeldOutCase:
+    rng = random.Random(f"heldout-case:{i}")
+    fams = list(FAMILIES)
+    family = fams[i % len(fams)]
+    style = STYLES[(i // len(fams)) % len(STYLES)]
+    dialect = DIALECTS[(i // (len(fams) * len(STYLES))) % len(DIALECTS)] if i >= len(fams) * len(STYLES) else rng.choice(DIALECTS)
+    mode = rng.choice(MODES)
+    conv, labels = FAMILIES[family](_Fam(family, i))
+    if dialect.startswith("pasted_"):
+        conv = pasted(conv, "aider" if dialect == "pasted_aider" else "cline")
+    plain = [lb for lb in labels if not lb.secret]
+    refs, _ = _refs(plain, mode, rng)
+    keep = rng.randint(1, 3)
+    if style in ("tool_digest", "middle_out"):
+        mode = "implicit"
+    after = compact_heldout(conv, style, refs, keep)
+    text = after.text_of()
+    gone = tuple(sorted(lb.value for lb in plain if lb.required and not _visible(lb.value, text)))
+    gone_secret = sum(1 for lb in labels if lb.secret and not _visible(lb.value, text))
+    gone_regen = tuple(sorted(lb.value for lb in plain if not lb.required and not _visible(lb.value, text)))
+    return HeldOutCase(
+        f"h{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
+        gone, gone_secret, gone_regen, tuple(lb.value for lb in plain if lb.required),
+    )
+
+
+def generate(n: int = 340) -> list[HeldOutCase]:
+    return [_one(i) for i in range(n)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="write the held-out corpus in the shared corpus's format")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("-n", type=int, default=340)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    cases = generate(a.n)
+    for c in cases:
+        (a.out / f"{c.case}.before.json").write_text(json.dumps(c.before, indent=1), encoding="utf-8")
+        (a.out / f"{c.case}.after.json").write_text(json.dumps(c.after, indent=1), encoding="utf-8")
+    (a.out / "labels.json").write_text(json.dumps([c.label() for c in cases], indent=1), encoding="utf-8")
+    print(f"wrote {len(cases)} cases to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
