@@ -523,6 +523,157 @@ def _echo_only(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
     return f.build("You are a platform agent with shell access.", "create the exports bucket and directory, label the deployment")
 
 
+# ---- batch B: written after batch A was passing, without tuning the gate to them first
+
+
+def _github_pr(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    n = f.ids.num(1000, 9999)
+    url = f"https://github.com/acme/shop/pull/{n}"
+    f.user("Open a pull request from fix/retry-budget to main and ask for review from the payments team.")
+    f.bash("git push -u origin fix/retry-budget", "branch 'fix/retry-budget' set up to track 'origin/fix/retry-budget'.", "pushed the branch")
+    f.bash(
+        "gh pr create --base main --head fix/retry-budget --title 'Cap retries per request' --body 'See OPS incident notes.'",
+        f"Creating pull request for fix/retry-budget into main in acme/shop\n\n{url}",
+        "opened the pull request",
+        # the URL's identifying token is the number the service assigned (§4)
+        required=[(str(n), "2a")],
+    )
+    f.bash(f"gh pr edit {n} --add-reviewer acme/payments", url, "requested review")
+    f.noise()
+    return f.build("You are a coding agent working in a git repository.", "open the pull request and request review")
+
+
+def _ecs_task(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(10**11, 10**12 - 1))
+    task = f"arn:aws:ecs:eu-west-1:{acct}:task/prod/{f.ids.hex(32)}"
+    f.user("Run the one-off migrate task on the prod cluster and wait for it to stop.")
+    f.bash(
+        "aws ecs run-task --cluster prod --task-definition shop-migrate:42 --launch-type FARGATE",
+        json.dumps({"tasks": [{"taskArn": task, "lastStatus": "PROVISIONING", "desiredStatus": "RUNNING", "cpu": "256"}], "failures": []}, indent=2),
+        "started the migrate task",
+        required=[(task, "2a")],
+    )
+    f.noise()
+    f.bash(f"aws ecs describe-tasks --cluster prod --tasks {task} --query 'tasks[0].lastStatus'", '"RUNNING"', "the task runs")
+    return f.build("You are a cloud operations agent with AWS CLI access.", "run the migrate task on prod")
+
+
+def _s3_version(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    old_v, new_v = f.ids.alnum(32), f.ids.alnum(32)
+    old_e, new_e = f.ids.hex(32), f.ids.hex(32)
+    f.user("Publish the new app.json to the config bucket; the previous version must stay restorable.")
+    f.bash(
+        "aws s3api head-object --bucket acme-config --key prod/app.json",
+        json.dumps({"ContentLength": 2211, "ETag": f'"{old_e}"', "VersionId": old_v, "ContentType": "application/json"}, indent=2),
+        "read the current object version",
+        required=[(old_v, "2b"), (old_e, "2b")],
+    )
+    f.bash(
+        "aws s3api put-object --bucket acme-config --key prod/app.json --body build/app.json",
+        json.dumps({"ETag": f'"{new_e}"', "VersionId": new_v, "ServerSideEncryption": "AES256"}, indent=2),
+        "uploaded the new version",
+        required=[(new_v, "2a"), (new_e, "2a")],
+    )
+    f.noise()
+    return f.build("You are a release agent with AWS CLI access.", "publish the new app.json, keeping the previous version restorable")
+
+
+def _mongo_update(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    oid = f.ids.hex(24)
+    old, new = "ful_" + f.ids.alnum(16), "ful_" + f.ids.alnum(16)
+    f.user(f"Order {oid} was sent to the wrong warehouse; re-point it to fulfilment {new}, but keep the old reference.")
+    f.bash(
+        f"mongosh shop --quiet --eval 'db.orders.findOne({{_id: ObjectId(\"{oid}\")}}, {{status: 1, fulfillment_ref: 1}})'",
+        f"{{ _id: ObjectId('{oid}'), status: 'paid', fulfillment_ref: '{old}' }}",
+        "read the order",
+        required=[(old, "2b")],
+        regen=[oid],
+    )
+    f.bash(
+        f"mongosh shop --quiet --eval 'db.orders.updateOne({{_id: ObjectId(\"{oid}\")}}, {{$set: {{fulfillment_ref: \"{new}\"}}}})'",
+        "{ acknowledged: true, insertedId: null, matchedCount: 1, modifiedCount: 1, upsertedCount: 0 }",
+        "updated the order",
+    )
+    f.noise()
+    return f.build("You are a database operations agent with shell access.", "re-point the order's fulfilment reference")
+
+
+def _temporal_workflow(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    run = f.ids.uuid()
+    f.user("Start the refund workflow for order 88231 and keep an eye on it.")
+    f.bash(
+        "temporal workflow start --task-queue refunds --type RefundWorkflow --workflow-id refund-88231 --input '{\"order\": 88231}'",
+        f"Running execution:\n  WorkflowId  refund-88231\n  RunId       {run}\n  Type        RefundWorkflow\n  Namespace   default\n  TaskQueue   refunds",
+        "started the workflow",
+        required=[(run, "2a")],
+    )
+    f.noise()
+    f.bash(f"temporal workflow describe --workflow-id refund-88231 --run-id {run}", "Status  RUNNING", "the workflow runs")
+    return f.build("You are an operations agent with the temporal CLI.", "run the refund workflow for order 88231")
+
+
+def _spark_job(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    app = f"application_{f.ids.num(10**12, 10**13 - 1)}_{f.ids.num(1, 9999):04d}"
+    f.user("Submit the nightly aggregation to the YARN cluster and check on it later.")
+    f.bash(
+        "spark-submit --master yarn --deploy-mode cluster --name nightly-agg jobs/aggregate.py",
+        f"24/06/11 02:10:04 INFO Client: Requesting a new application from cluster with 12 NodeManagers\n24/06/11 02:10:05 INFO YarnClientImpl: Submitted application {app}\n24/06/11 02:10:06 INFO Client: Application report for {app} (state: ACCEPTED)",
+        "submitted the job",
+        required=[(app, "2a")],
+    )
+    f.noise()
+    return f.build("You are a data engineering agent with shell access.", "run the nightly aggregation on YARN")
+
+
+def _redis_lock(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    tok = f.ids.uuid()
+    f.user("Take the reindex lock in Redis for 30 seconds with a random token, so only we can release it.")
+    f.bash(f"redis-cli SET lock:reindex {tok} NX PX 30000", "OK", "took the lock", required=[(tok, "2c")])
+    f.bash("redis-cli PTTL lock:reindex", "(integer) 27431", "checked the lock")
+    f.noise()
+    return f.build("You are an operations agent with redis-cli.", "run the reindex under the Redis lock")
+
+
+def _acm_cert(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(10**11, 10**12 - 1))
+    arn = f"arn:aws:acm:us-east-1:{acct}:certificate/{f.ids.uuid()}"
+    f.user("Request a TLS certificate for shop-demo.io and www.shop-demo.io with DNS validation.")
+    f.bash(
+        "aws acm request-certificate --domain-name shop-demo.io --subject-alternative-names www.shop-demo.io --validation-method DNS",
+        json.dumps({"CertificateArn": arn}, indent=2),
+        "requested the certificate",
+        required=[(arn, "2a")],
+    )
+    f.noise()
+    return f.build("You are a cloud operations agent with AWS CLI access.", "get a certificate for shop-demo.io")
+
+
+def _npm_publish(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    sha = f.ids.hex(40)
+    f.user("Publish @acme/ui 2.3.0 to the internal registry.")
+    f.bash(
+        "npm publish --registry https://npm.acme.io",
+        f"npm notice 📦  @acme/ui@2.3.0\nnpm notice package size: 48.1 kB\nnpm notice shasum: {sha}\nnpm notice total files: 112\n+ @acme/ui@2.3.0",
+        "published the package",
+        regen=[sha],
+    )
+    f.noise()
+    return f.build("You are a release agent with shell access.", "publish @acme/ui 2.3.0")
+
+
+FAMILIES_B: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
+    "github_pr": _github_pr,
+    "ecs_task": _ecs_task,
+    "s3_version": _s3_version,
+    "mongo_update": _mongo_update,
+    "temporal_workflow": _temporal_workflow,
+    "spark_job": _spark_job,
+    "redis_lock": _redis_lock,
+    "acm_cert": _acm_cert,
+    "npm_publish": _npm_publish,
+}
+
+
 FAMILIES: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
     "dns_cli": _dns_cli,
     "dns_api": _dns_api,
@@ -673,14 +824,15 @@ def _render(conv: Conversation, dialect: str) -> dict[str, Any]:
     return conv.body(dialect)
 
 
-def _one(i: int) -> HeldOutCase:
-    rng = random.Random(f"heldout-case:{i}")
-    fams = list(FAMILIES)
+def _one(i: int, batch: str = "a") -> HeldOutCase:
+    rng = random.Random(f"heldout-case:{batch}:{i}")
+    table = FAMILIES if batch == "a" else FAMILIES_B
+    fams = list(table)
     family = fams[i % len(fams)]
     style = STYLES[(i // len(fams)) % len(STYLES)]
     dialect = DIALECTS[(i // (len(fams) * len(STYLES))) % len(DIALECTS)] if i >= len(fams) * len(STYLES) else rng.choice(DIALECTS)
     mode = rng.choice(MODES)
-    conv, labels = FAMILIES[family](_Fam(family, i))
+    conv, labels = table[family](_Fam(family, i))
     if dialect.startswith("pasted_"):
         conv = pasted(conv, "aider" if dialect == "pasted_aider" else "cline")
     plain = [lb for lb in labels if not lb.secret]
@@ -694,22 +846,24 @@ def _one(i: int) -> HeldOutCase:
     gone_secret = sum(1 for lb in labels if lb.secret and not _visible(lb.value, text))
     gone_regen = tuple(sorted(lb.value for lb in plain if not lb.required and not _visible(lb.value, text)))
     return HeldOutCase(
-        f"h{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
+        f"{'h' if batch == 'a' else 'g'}{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
         gone, gone_secret, gone_regen, tuple(lb.value for lb in plain if lb.required),
     )
 
 
-def generate(n: int = 340) -> list[HeldOutCase]:
-    return [_one(i) for i in range(n)]
+def generate(n: int = 340, batch: str = "a") -> list[HeldOutCase]:
+    """``n`` cases of batch ``a`` (:data:`FAMILIES`) or ``b`` (:data:`FAMILIES_B`)."""
+    return [_one(i, batch) for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write the held-out corpus in the shared corpus's format")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("-n", type=int, default=340)
+    ap.add_argument("--batch", choices=("a", "b"), default="a")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    cases = generate(a.n)
+    cases = generate(a.n, a.batch)
     for c in cases:
         (a.out / f"{c.case}.before.json").write_text(json.dumps(c.before, indent=1), encoding="utf-8")
         (a.out / f"{c.case}.after.json").write_text(json.dumps(c.after, indent=1), encoding="utf-8")

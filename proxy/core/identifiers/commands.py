@@ -706,6 +706,8 @@ _STRICT_READ = frozenset(
     diff whoami version help lookup find fetch tail head read print explain check""".split()
 )
 _CLI_SPLIT = re.compile(r"[-_.:]+")
+#: Flags whose value is code for an interpreter or a query language.
+_CODE_FLAGS = frozenset({"--eval", "-e", "--command", "-c", "--execute", "--query", "-q", "--script"})
 
 
 def _generic_cli(prog: str, args: list[str], seg: _Seg) -> _Seg:
@@ -725,6 +727,14 @@ def _generic_cli(prog: str, args: list[str], seg: _Seg) -> _Seg:
             return _Seg(sql.mutating, seg.domains | sql.domains, sql.reason)
     parts = [w.lower() for w in _CLI_SPLIT.split(prog) if w]
     words = parts if len(parts) > 1 else []  # a compound name speaks (backup-put, deploy.sh); make does not
+    for i, a in enumerate(args):  # code passed to an interpreter: db.orders.updateOne(…)
+        if a in _CODE_FLAGS and i + 1 < len(args):
+            calls = re.findall(r"\.([a-z]+)[A-Z]?\w*\s*\(", args[i + 1])
+            verbs = [c for c in calls if c in _WRITE_VERBS or c in _CLI_WRITE_VERBS or c in _STRICT_READ or c in _READ_VERBS]
+            if any(v in _WRITE_VERBS or v in _CLI_WRITE_VERBS for v in verbs):
+                return _Seg(True, seg.domains, f"{seg.reason} (code {verbs[0]})")
+            if verbs:
+                return _Seg(False, seg.domains, f"{seg.reason} (code {verbs[0]})")
     words += [w.lower() for a in _positional(args)[:3] for w in _CLI_SPLIT.split(a) if w and "/" not in a and "=" not in a]
     if any(w in _STRICT_READ for w in words):
         return _Seg(False, seg.domains, f"{seg.reason} (verb)")

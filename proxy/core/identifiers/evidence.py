@@ -42,7 +42,7 @@ __all__ = [
 # --------------------------------------------------------------------------- state change
 
 _CHANGED = re.compile(
-    r"(?i)\b(?:created|creating|creation complete|applied|applying|running upgrade|running downgrade|"
+    r"(?im)\b(?:created|creating|creation complete|applied|applying|running upgrade|running downgrade|"
     r"migrat(?:ed|ing)|started|starting|launched|acquired|granted|locked|reset|uploaded|uploading|"
     r"stored (?:at|in|as)|saved (?:to|at|as)|written to|wrote|deployed|deploying|rolled out|rolling out|"
     r"updated|modified|patched|configured|deleted|removed|destroyed|terminated|terminating|submitted|"
@@ -50,6 +50,8 @@ _CHANGED = re.compile(
     r"issued|minted|generated|registered|provisioned|provisioning|allocated|reserved|charged|refunded|"
     r"captured|cancell?ed|revoked|rotated|renewed|released|accepted for processing)\b"
     r"|\bHTTP/[\d.]+ 20[12]\b|\b20[12] (?:Created|Accepted)\b"
+    r"|\b(?:modified|matched|inserted|upserted|deleted)_?[Cc]ount\W{1,3}[1-9]|\bn(?:Modified|Upserted|Inserted|Removed)\W{1,3}[1-9]|\binsertedId\W{1,3}[\"'\w]"
+    r"|\b\d+ rows? affected\b|^(?:UPDATE|DELETE|INSERT \d+) [1-9]\d*$"
     r"|[\"']?(?:status|state)[\"']?\s*[:=]\s*[\"']?(?:pending|creating|in_progress|in progress|running|queued|provisioning|submitted)\b"
 )
 _UNCHANGED = re.compile(r"(?i)\b(?:dry[ -]?run|would be (?:created|applied|changed|deleted)|no changes|nothing to (?:do|commit|change)|plan only)\b")
@@ -69,7 +71,7 @@ _CREATE_VERBS = frozenset(
     """create new run launch add insert post make generate mint issue acquire start submit upload
     put allocate provision register open init fork clone copy backup snapshot export grant begin
     initiate reserve claim lease lock receive enqueue send publish push commit tag deploy build
-    checkout""".split()
+    checkout request order book schedule trigger dispatch spawn submit""".split()
 )
 _MODIFY_VERBS = frozenset(
     """update modify patch set edit change configure scale restart rename move delete remove destroy
@@ -168,12 +170,16 @@ def _command_names(command: str) -> set[str]:
     out: set[str] = set()
     for words in split_segments(command):
         skip = False
+        first_pos = True
         for i, w in enumerate(words):
             if skip:
                 skip = False
                 continue
             if i == 0:
                 continue  # the program
+            if first_pos and not w.startswith("-") and "=" not in w and "/" not in w and "." not in w:
+                first_pos = False
+                continue  # its sub-command or service (aws acm, gh pr, git rev-parse)
             if w.startswith("-"):
                 name, eq, val = w.partition("=")
                 if name in _SCOPE_FLAGS:

@@ -315,8 +315,9 @@ def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
     """For a composite value, the token that identifies it and its qualifier (PRINCIPLES
     §4: "for a record such as ``group topic partition offset``, the binding is the
     identifying token — the offset, with its partition"): Kafka offsets → (offset,
-    partition); an image reference pinned by digest → (digest, None). ``None`` for values
-    that are their own identifying token."""
+    partition); an image reference pinned by digest → (digest, None); a resource URL
+    ending in an assigned number → (number, None). ``None`` for values that are their
+    own identifying token."""
     if kind == "kafka_offset":
         head, _, offset = norm.rpartition("@")
         partition = head.rpartition(":")[2]
@@ -326,7 +327,13 @@ def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
     if kind == "oci_image" and "@" in norm:
         digest = norm.rpartition("@")[2]
         return (digest, None) if ":" in digest else None
+    if kind == "url":  # a resource URL ending in the number the service assigned (…/pipelines/8182520)
+        m = _URL_NUMBER.search(norm.split("?", 1)[0].split("#", 1)[0])
+        return (m.group(1), None) if m else None
     return None
+
+
+_URL_NUMBER = re.compile(r"/(\d{4,})/?$")
 
 
 def find_altered_in_text(a_norm: str, kind: str, text: str) -> str | None:

@@ -153,6 +153,16 @@ def _names_from_args(value: str, step: Step) -> bool:
     return bool(comps & step.keys) or any(len(k) >= 6 and k in value.lower() for k in step.keys if not k.startswith("@"))
 
 
+_NUMBERED = re.compile(r"/\d{2,}(?=$|[/?#])")
+
+
+def _minted_name(value: str, kind: str, opaque: bool) -> bool:
+    """A name a step could have minted: one with a machine-made part (a stamp, a random
+    suffix), or a URL ending in a number the service assigned (``…/pull/4812``). A
+    readable name without either is one the task or the configuration gave (§3b, §3c)."""
+    return opaque or (kind == "url" and _NUMBERED.search(value.split("?", 1)[0]) is not None)
+
+
 def _linked(read: Step, write: Step) -> bool:
     if read.keys & write.keys:
         return True
@@ -190,7 +200,7 @@ def _decide(
             reason = "3d"
         elif klass == "state":
             reason = "3c"  # the new value of a state: read it again
-        elif klass == "name" and not opaque:
+        elif klass == "name" and not _minted_name(value, ident.kind, opaque):
             reason = "3c" if ident.kind == "terraform_address" else "3b"
         elif preexisting_line(first.text, ident.start):
             reason = "3b"
