@@ -170,15 +170,13 @@ def _command_names(command: str) -> set[str]:
     out: set[str] = set()
     for words in split_segments(command):
         skip = False
-        first_pos = True
         for i, w in enumerate(words):
             if skip:
                 skip = False
                 continue
             if i == 0:
                 continue  # the program
-            if first_pos and not w.startswith("-") and "=" not in w and "/" not in w and "." not in w:
-                first_pos = False
+            if i == 1 and not w.startswith("-") and "=" not in w and "/" not in w and "." not in w:
                 continue  # its sub-command or service (aws acm, gh pr, git rev-parse)
             if w.startswith("-"):
                 name, eq, val = w.partition("=")
