@@ -121,6 +121,12 @@ def _lost_bindings(req: GateRequest, analysis: Analysis) -> list[Binding]:
     return [b for b in required + extra if not policy.allowlisted(b.value)]
 
 
+def _visible_secret_norms(req: GateRequest, current: Snapshot) -> frozenset[str]:
+    """Fingerprints of the secrets the request carries (a secret a repair cannot show is
+    back when the client sends it again)."""
+    return frozenset(i.norm for i in extract(current, req.catalog) if i.sensitive)
+
+
 def respond_to_compaction(
     req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget
 ) -> str:
@@ -134,6 +140,11 @@ def respond_to_compaction(
     if analysis.destructive:
         bindings = _lost_bindings(req, analysis)
         action = eff.destructive
+        secret = any(b.sensitive for b in bindings)
+        if secret and action == "reinject":
+            # a secret cannot be re-injected in clear: spill or refuse, never pass it
+            # silently (PRINCIPLES §4)
+            action = req.policy.required_secret
         anchor = summary_anchor(analysis)
         anchor_digest = (
             current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
@@ -142,7 +153,7 @@ def respond_to_compaction(
         if action == "spill":
             footer = spill_lost_region(req, analysis, bindings, spill)
             if footer is None:  # anonymous tenant: nobody could read it back
-                action = "reinject"
+                action = "reject" if secret else "reinject"
         # arm the tripwire
         sig = analysis.signals.next_action
         st.armed = req.policy.tripwire_window
@@ -189,8 +200,9 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
         return Repair(action)
     current, policy = req.obs.current, req.policy
     visible = current.visible_text()
-    still = [b for b in p.bindings if b.sensitive or b.value not in visible]
-    if not [b for b in still if not b.sensitive]:
+    secrets_back = _visible_secret_norms(req, current) if any(b.sensitive for b in p.bindings) else frozenset()
+    still = [b for b in p.bindings if (b.norm not in secrets_back if b.sensitive else b.value not in visible)]
+    if not still:
         st.pending = None
         return Repair(action)
     if p.action == "reject":

@@ -193,6 +193,7 @@ def compile_policy(spec: PolicySpec, *, source: str, default_name: str = "policy
         ),
         destructive=spec.actions.destructive,
         safe=spec.actions.safe,
+        required_secret=spec.actions.required_secret,
         scopes=tuple(
             Scope(
                 match=_match(s.match),

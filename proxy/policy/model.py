@@ -137,6 +137,8 @@ class Policy:
     # actions
     destructive: Action = "reinject"
     safe: SafeAction = "allow"
+    #: What replaces ``reinject`` when a required binding is a secret.
+    required_secret: Literal["reject", "spill"] = "reject"
     scopes: tuple[Scope, ...] = ()
     # interventions
     reinject_role: NoteRole = "user"

@@ -176,6 +176,10 @@ class ActionsSpec:
     destructive: Action = "reinject"
     #: Action when it did not.
     safe: SafeAction = "allow"
+    #: A required binding that is a secret cannot be re-injected in clear: refuse the
+    #: request (``reject``) or spill the lost region under the tenant's handle (``spill``)
+    #: instead of re-injecting (PRINCIPLES §4: the repair never passes it silently).
+    required_secret: Literal["reject", "spill"] = "reject"
     #: Overrides by model/route/tenant/header; the first matching scope wins per field.
     scopes: tuple[ScopeSpec, ...] = ()
 

@@ -246,6 +246,7 @@ _WRITE_VERBS = (
     "initiate", "begin", "invoke", "trigger", "enable", "disable", "attach", "detach", "tag",
     "untag", "import", "transfer", "pay", "void", "finalize", "confirm", "reserve", "claim",
     "multiedit", "notebookedit", "str_replace", "todowrite", "todo_write", "make", "generate", "build",
+    "login", "signin", "authenticate", "issue", "mint", "grant", "renew", "receive", "dispatch",
 )
 _NAMED_TOOLS: Mapping[str, bool] = {
     "read": False, "glob": False, "grep": False, "ls": False, "webfetch": False, "websearch": False,

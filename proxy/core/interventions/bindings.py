@@ -43,6 +43,9 @@ class Binding:
     sensitive: bool = False
     priority: int = 0
     status: Literal["dropped", "altered"] = "dropped"
+    #: The identifier's diff identity (a fingerprint for secrets): how a repair tells that
+    #: a secret it cannot show came back.
+    norm: str = ""
 
     @property
     def fingerprint(self) -> str:
