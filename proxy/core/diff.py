@@ -14,8 +14,10 @@ Survival, per distinct lost identifier (one entry per normalised value):
    of an absolute one. Altered never counts as surviving;
 3. **dropped** — otherwise.
 
-Sensitive identifiers (secrets) are never shown in clear (``value`` is redacted) and are
-never required bindings. Pure; the cost is one lowercase copy of the new text plus a
+Sensitive identifiers (secrets) are never shown in clear (``value`` is redacted); whether
+one is required is its provenance's decision, like any value's. A composite value
+(``group topic partition offset``, an image pinned by digest) survives by its
+identifying token. Pure; the cost is one lowercase copy of the new text plus a
 substring search per lost identifier.
 """
 
@@ -28,7 +30,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .identifiers.model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Source, redact
-from .identifiers.normalize import HEX_KINDS, PREFIX_KINDS, find_altered_in_text, identifying_token, relation
+from .identifiers.normalize import (
+    HEX_KINDS,
+    PREFIX_KINDS,
+    find_altered_in_text,
+    identifying_token,
+    relation,
+)
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ALNUM = re.compile(r"[A-Za-z0-9]")
@@ -103,6 +111,9 @@ class LostBinding:
     required: bool = False
     #: Every message index of the lost region where the value appeared.
     seen_at: tuple[int, ...] = ()
+    #: The rule of PRINCIPLES.md that decided whether it is required (``2a`` minted,
+    #: ``2b`` prior state, ``2c`` written into a change; ``3a``–``3d`` regenerable).
+    rule: str = ""
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -112,6 +123,7 @@ class LostBinding:
             "required": self.required,
             "sensitive": self.sensitive,
             "status": self.status,
+            "rule": self.rule,
             "source": self.source.to_json(),
             "where": self.source.describe(),
         }
@@ -419,6 +431,7 @@ def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> Identi
             status="altered" if to is not None else "dropped",
             altered_to=to,
             seen_at=tuple(sorted({i.source.message_index for i in occ})),
+            rule=next((i.why for i in occ if not i.regenerable and i.why), rep.why),
         )
         (altered if to is not None else dropped).append(entry)
     order = lambda b: (b.regenerable, b.source.message_index, b.value)

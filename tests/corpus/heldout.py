@@ -50,7 +50,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.support.conversations import BASH_TOOL, Conversation, Planted, Step, ToolCall, Turn, pasted
+from tests.support.conversations import (
+    BASH_TOOL,
+    Conversation,
+    Planted,
+    Step,
+    ToolCall,
+    Turn,
+    pasted,
+)
 
 # --------------------------------------------------------------------------- builder
 

@@ -12,9 +12,8 @@ import pytest
 from proxy.core.analysis import analyze
 from proxy.core.markers import default_markers
 from proxy.core.messages import from_any
-from tests.corpus.heldout import DIALECTS, FAMILIES, FAMILIES_B, STYLES, HeldOutCase, generate
-
 from tests.corpus.conftest import REPORT_ATTR
+from tests.corpus.heldout import DIALECTS, FAMILIES, FAMILIES_B, STYLES, HeldOutCase, generate
 
 
 def _listed(a_json: dict[str, object]) -> str:

@@ -42,7 +42,15 @@ from dataclasses import dataclass, field
 from proxy.core.messages import Snapshot
 
 from .commands import CallClass, classify_call, classify_command, is_shell_tool
-from .evidence import creates, identity_label, is_history, link_keys, output_says_changed, preexisting_line, prior_marked
+from .evidence import (
+    creates,
+    identity_label,
+    is_history,
+    link_keys,
+    output_says_changed,
+    preexisting_line,
+    prior_marked,
+)
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
 from .steps import TextStep, text_steps
 from .validators import has_opaque_part
@@ -202,9 +210,7 @@ def _decide(
             reason = "3c"  # the new value of a state: read it again
         elif klass == "name" and not _minted_name(value, ident.kind, opaque):
             reason = "3c" if ident.kind == "terraform_address" else "3b"
-        elif preexisting_line(first.text, ident.start):
-            reason = "3b"
-        elif not st.creates and _names_from_args(value, st):
+        elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):
             reason = "3b"
         else:
             return "2a"
@@ -267,8 +273,8 @@ def judge(
     for key, c in links.items():
         results.setdefault(id(c), []).append(key)
     for c in calls:
-        out = "\n".join(part_text(mi, pi) for mi, pi in sorted(results.get(id(c), ())))
-        s = _call_step(c.message_index, c.part_index, c.tool_name, part_text(c.message_index, c.part_index), c.cls, out)
+        output = "\n".join(part_text(mi, pi) for mi, pi in sorted(results.get(id(c), ())))
+        s = _call_step(c.message_index, c.part_index, c.tool_name, part_text(c.message_index, c.part_index), c.cls, output)
         steps.append(s)
         by_call[(c.message_index, c.part_index)] = s
         for k in results.get(id(c), ()):
