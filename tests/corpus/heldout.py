@@ -312,7 +312,8 @@ def _azure_operation(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
         "az vm resize -g shop-rg -n api-vm-01 --size Standard_D4s_v5 --no-wait --debug 2>&1 | grep -i azure-asyncoperation",
         f"DEBUG: Response headers: 'Azure-AsyncOperation': '{url}'",
         "started the resize",
-        required=[(op, "2a"), (url, "2a")],
+        # the operation URL's identifying token is the operation id (§4)
+        required=[(op, "2a")],
     )
     f.noise()
     return f.build("You are a cloud operations agent with the az CLI.", "resize api-vm-01 and poll the operation")
@@ -682,6 +683,122 @@ FAMILIES_B: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] 
 }
 
 
+# ---- batch C: written after batch B was passing; scored before any change to the gate
+
+
+def _cfn_update(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(10**11, 10**12 - 1))
+    old = f"{acct}.dkr.ecr.eu-west-1.amazonaws.com/shop-api@sha256:{f.ids.hex(64)}"
+    new = f"{acct}.dkr.ecr.eu-west-1.amazonaws.com/shop-api@sha256:{f.ids.hex(64)}"
+    stack_id = f"arn:aws:cloudformation:eu-west-1:{acct}:stack/shop-api/{f.ids.uuid()}"
+    f.user("Roll the shop-api stack to the new image; we must be able to put the old image back.")
+    f.bash(
+        "aws cloudformation describe-stacks --stack-name shop-api --query 'Stacks[0].Parameters'",
+        json.dumps([{"ParameterKey": "ImageUri", "ParameterValue": old}, {"ParameterKey": "DesiredCount", "ParameterValue": "4"}], indent=2),
+        "read the stack parameters",
+        required=[(old.split("@")[1], "2b")],
+    )
+    f.bash(
+        f"aws cloudformation update-stack --stack-name shop-api --use-previous-template --parameters ParameterKey=ImageUri,ParameterValue={new} ParameterKey=DesiredCount,UsePreviousValue=true",
+        json.dumps({"StackId": stack_id}, indent=2),
+        "started the stack update",
+        required=[(new.split("@")[1], "2c")],
+        regen=[stack_id],
+    )
+    f.noise()
+    return f.build("You are a release agent with AWS CLI access.", "roll shop-api to the new image, reversibly")
+
+
+def _subscription_price(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    sub, item = "sub_" + f.ids.alnum(24), "si_" + f.ids.alnum(14)
+    old, new = "price_" + f.ids.alnum(24), "price_" + f.ids.alnum(24)
+    inv = "in_" + f.ids.alnum(24)
+    f.user(f"Move subscription {sub} to the annual price {new} without proration. Keep what it was on.")
+    f.call(
+        "stripe_get_subscription",
+        {"id": sub},
+        json.dumps({"id": sub, "status": "active", "items": {"data": [{"id": item, "price": {"id": old, "recurring": {"interval": "month"}}}]}}),
+        "read the subscription",
+        required=[(old, "2b")],
+        regen=[item],
+    )
+    f.call(
+        "stripe_update_subscription",
+        {"id": sub, "items": [{"id": item, "price": new}], "proration_behavior": "none"},
+        json.dumps({"id": sub, "status": "active", "latest_invoice": inv}),
+        "updated the subscription",
+        required=[(inv, "2a")],
+    )
+    f.noise()
+    return f.build("You are a billing agent. Tools: stripe_get_subscription, stripe_update_subscription, bash.", f"move {sub} to the annual price")
+
+
+def _twilio_sms(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    sid = "SM" + f.ids.hex(32)
+    f.user("Text the on-call engineer that the deploy is paused, and confirm delivery later.")
+    f.call(
+        "twilio_send_sms",
+        {"to": "+4915112345678", "body": "Deploy paused: canary error rate 3.1%"},
+        json.dumps({"sid": sid, "status": "queued", "to": "+4915112345678", "date_created": "Tue, 11 Jun 2024 09:12:33 +0000"}),
+        "sent the SMS",
+        required=[(sid, "2a")],
+    )
+    f.noise()
+    return f.build("You are an on-call assistant. Tools: twilio_send_sms, twilio_get_message, bash.", "notify on-call and confirm delivery")
+
+
+def _pagerduty(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    inc = "Q" + f.ids.upper(13)
+    f.user("Open a PagerDuty incident for the checkout latency and assign it to the payments escalation policy.")
+    f.call(
+        "pagerduty_create_incident",
+        {"title": "Checkout p99 latency above 2s", "service_id": "PSRV4KQ", "urgency": "high"},
+        json.dumps({"incident": {"id": inc, "incident_number": f.ids.num(1000, 9999), "status": "triggered", "html_url": f"https://acme.pagerduty.com/incidents/{inc}"}}),
+        "opened the incident",
+        required=[(inc, "2a")],
+    )
+    f.noise()
+    return f.build("You are an SRE agent. Tools: pagerduty_create_incident, bash.", "open the latency incident")
+
+
+def _gh_release(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    f.user("Publish the v2.14.0 release with generated notes.")
+    f.bash(
+        "gh release create v2.14.0 --generate-notes --target main",
+        "https://github.com/acme/shop/releases/tag/v2.14.0",
+        "published the release",
+        regen=["https://github.com/acme/shop/releases/tag/v2.14.0"],
+    )
+    f.noise()
+    return f.build("You are a release agent with the gh CLI.", "publish v2.14.0")
+
+
+def _plan_only(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    iid = "i-0" + f.ids.hex(16)
+    sg = "sg-0" + f.ids.hex(16)
+    f.user("Show me what terraform would change in infra/prod; do not apply anything.")
+    f.bash(
+        "terraform -chdir=infra/prod plan -no-color",
+        f"aws_instance.api: Refreshing state... [id={iid}]\naws_security_group.api: Refreshing state... [id={sg}]\n\n"
+        "  # aws_instance.api will be updated in-place\n  ~ resource \"aws_instance\" \"api\" {\n      ~ instance_type = \"t3.large\" -> \"t3.xlarge\"\n    }\n\n"
+        "Plan: 0 to add, 1 to change, 0 to destroy.",
+        "ran the plan",
+        regen=[iid, sg],
+    )
+    f.noise()
+    return f.build("You are an infrastructure agent using terraform.", "show the plan for infra/prod without applying")
+
+
+FAMILIES_C: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
+    "cfn_update": _cfn_update,
+    "subscription_price": _subscription_price,
+    "twilio_sms": _twilio_sms,
+    "pagerduty": _pagerduty,
+    "gh_release": _gh_release,
+    "plan_only": _plan_only,
+}
+
+
 FAMILIES: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
     "dns_cli": _dns_cli,
     "dns_api": _dns_api,
@@ -834,7 +951,7 @@ def _render(conv: Conversation, dialect: str) -> dict[str, Any]:
 
 def _one(i: int, batch: str = "a") -> HeldOutCase:
     rng = random.Random(f"heldout-case:{batch}:{i}")
-    table = FAMILIES if batch == "a" else FAMILIES_B
+    table = {"a": FAMILIES, "b": FAMILIES_B, "c": FAMILIES_C}[batch]
     fams = list(table)
     family = fams[i % len(fams)]
     style = STYLES[(i // len(fams)) % len(STYLES)]
@@ -854,13 +971,14 @@ def _one(i: int, batch: str = "a") -> HeldOutCase:
     gone_secret = sum(1 for lb in labels if lb.secret and not _visible(lb.value, text))
     gone_regen = tuple(sorted(lb.value for lb in plain if not lb.required and not _visible(lb.value, text)))
     return HeldOutCase(
-        f"{'h' if batch == 'a' else 'g'}{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
+        f"{ {'a': 'h', 'b': 'g', 'c': 'k'}[batch]}{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
         gone, gone_secret, gone_regen, tuple(lb.value for lb in plain if lb.required),
     )
 
 
 def generate(n: int = 340, batch: str = "a") -> list[HeldOutCase]:
-    """``n`` cases of batch ``a`` (:data:`FAMILIES`) or ``b`` (:data:`FAMILIES_B`)."""
+    """``n`` cases of batch ``a`` (:data:`FAMILIES`), ``b`` (:data:`FAMILIES_B`) or ``c``
+    (:data:`FAMILIES_C`)."""
     return [_one(i, batch) for i in range(n)]
 
 
@@ -868,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write the held-out corpus in the shared corpus's format")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("-n", type=int, default=340)
-    ap.add_argument("--batch", choices=("a", "b"), default="a")
+    ap.add_argument("--batch", choices=("a", "b", "c"), default="a")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     cases = generate(a.n, a.batch)

@@ -13,7 +13,15 @@ from proxy.core.analysis import analyze
 from proxy.core.markers import default_markers
 from proxy.core.messages import from_any
 from tests.corpus.conftest import REPORT_ATTR
-from tests.corpus.heldout import DIALECTS, FAMILIES, FAMILIES_B, STYLES, HeldOutCase, generate
+from tests.corpus.heldout import (
+    DIALECTS,
+    FAMILIES,
+    FAMILIES_B,
+    FAMILIES_C,
+    STYLES,
+    HeldOutCase,
+    generate,
+)
 
 
 def _listed(a_json: dict[str, object]) -> str:
@@ -59,10 +67,10 @@ def _score(cases: list[HeldOutCase]) -> tuple[dict[str, float], list[str]]:
     return m, misses
 
 
-@pytest.mark.parametrize("batch,n", [("a", 340), ("b", 216)])
+@pytest.mark.parametrize("batch,n", [("a", 340), ("b", 216), ("c", 240)])
 def test_heldout_corpus(batch: str, n: int, pytestconfig: pytest.Config) -> None:
     cases = generate(n, batch)
-    fams = FAMILIES if batch == "a" else FAMILIES_B
+    fams = {"a": FAMILIES, "b": FAMILIES_B, "c": FAMILIES_C}[batch]
     assert {c.family for c in cases} == set(fams)
     assert {c.style for c in cases} == set(STYLES) and {c.dialect for c in cases} == set(DIALECTS)
     m, misses = _score(cases)

@@ -316,8 +316,8 @@ def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
     §4: "for a record such as ``group topic partition offset``, the binding is the
     identifying token — the offset, with its partition"): Kafka offsets → (offset,
     partition); an image reference pinned by digest → (digest, None); a resource URL
-    ending in an assigned number → (number, None). ``None`` for values that are their
-    own identifying token."""
+    ending in an assigned number or id → (that last segment, None). ``None`` for values
+    that are their own identifying token."""
     if kind == "kafka_offset":
         head, _, offset = norm.rpartition("@")
         partition = head.rpartition(":")[2]
@@ -327,13 +327,22 @@ def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
     if kind == "oci_image" and "@" in norm:
         digest = norm.rpartition("@")[2]
         return (digest, None) if ":" in digest else None
-    if kind == "url":  # a resource URL ending in the number the service assigned (…/pipelines/8182520)
-        m = _URL_NUMBER.search(norm.split("?", 1)[0].split("#", 1)[0])
-        return (m.group(1), None) if m else None
+    if kind == "url":
+        # a resource URL ending in what the service assigned: a number (…/pipelines/8182520)
+        # or a machine-made id (…/incidents/Q9ZOQVV8O9IOW5, …/operations/<uuid>)
+        m = _URL_LAST.search(norm.split("?", 1)[0].split("#", 1)[0])
+        if m is None:
+            return None
+        last = m.group(1)
+        if last.isdigit() and len(last) >= 4:
+            return last, None
+        from .validators import has_opaque_part
+
+        return (last, None) if len(last) >= 8 and has_opaque_part(last) else None
     return None
 
 
-_URL_NUMBER = re.compile(r"/(\d{4,})/?$")
+_URL_LAST = re.compile(r"/([A-Za-z0-9_.\-]+)/?$")
 
 
 def find_altered_in_text(a_norm: str, kind: str, text: str) -> str | None:

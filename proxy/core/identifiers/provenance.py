@@ -183,6 +183,52 @@ def _later_writes(step: Step, steps: Sequence[Step]) -> list[Step]:
     return step.later
 
 
+def _enclosing_object(text: str, pos: int) -> tuple[int, int] | None:
+    """The span of the innermost ``{…}`` around ``pos`` (braces inside strings are rare in
+    tool output and only widen the span)."""
+    depth = 0
+    start = -1
+    for i in range(pos - 1, max(-1, pos - 20000), -1):
+        ch = text[i]
+        if ch == "}":
+            depth += 1
+        elif ch == "{":
+            if depth == 0:
+                start = i
+                break
+            depth -= 1
+    if start < 0:
+        return None
+    depth = 0
+    for j in range(start, min(len(text), start + 200000)):
+        ch = text[j]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return start, j + 1
+    return None
+
+
+def _entity_regions(text: str, write: Step) -> list[tuple[int, int]]:
+    """Objects of a read's output whose identity (a bare ``id``/``name`` key) the later
+    change names in its arguments: the entity the change acts on."""
+    low = text.lower()
+    out: list[tuple[int, int]] = []
+    for k in write.keys:
+        if k.startswith("@") or len(k) < 6:
+            continue
+        i = low.find(k)
+        while i >= 0:
+            if identity_label(text, i) or (i > 0 and identity_label(text, i - 1)):
+                span = _enclosing_object(text, i)
+                if span is not None:
+                    out.append(span)
+            i = low.find(k, i + 1)
+    return out
+
+
 def _in(value: str, text: str) -> bool:
     return bool(text) and value.lower() in text.lower()
 
@@ -192,6 +238,7 @@ def _decide(
     cls_of: Callable[[Identifier], str],
     steps: Sequence[Step],
     derivable: Callable[[str, tuple[int, int, int]], bool],
+    entity_regions: Callable[[str, Step], list[tuple[int, int]]],
 ) -> str:
     """The rule that decides one value (all its occurrences, in order)."""
     first = occs[0]
@@ -235,10 +282,20 @@ def _decide(
             r = o.step
             if r.mutating is True and prior_marked(o.text, o.ident.start, o.ident.end):
                 return "2b"
-            if r.history or identity_label(o.text, o.ident.start) or _in(value, r.args):
+            if r.history or _in(value, r.args):
                 continue
+            labelled = identity_label(o.text, o.ident.start)
             for w in _later_writes(r, steps):
-                if not _in(value, w.args):
+                if _in(value, w.args):
+                    continue  # what the change names: its target or its new value
+                regions = entity_regions(o.text, w)
+                if regions:
+                    # the read listed entities and the change names one of them: the
+                    # state is what that entity's object holds (a nested price id), not
+                    # its siblings (the other payments of a listing)
+                    if any(a <= o.ident.start < z for a, z in regions):
+                        return "2b"
+                elif not labelled:
                     return "2b"
     elif reason == "-":
         reason = "3d" if klass == "noise" else "3b"
@@ -336,10 +393,18 @@ def judge(
         earlier = [o.ident.value.lower() for o in every if o.order < before and o.role != _ARGS]
         return all(any(p in e for e in earlier) for p in pieces)
 
+    region_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
+
+    def entity_regions(text: str, write: Step) -> list[tuple[int, int]]:
+        key = (id(text), id(write))
+        if key not in region_cache:
+            region_cache[key] = _entity_regions(text, write)
+        return region_cache[key]
+
     why: dict[str, str] = {}
     for norm, occs in groups.items():
         occs.sort(key=lambda o: o.order)
-        why[norm] = _decide(occs, cls_of, steps, derivable)
+        why[norm] = _decide(occs, cls_of, steps, derivable, entity_regions)
     out: list[Identifier] = []
     for ident in identifiers:
         w = why.get(ident.norm, "-")
