@@ -244,3 +244,24 @@ def test_snapshot_calls() -> None:
     s = snap({"role": "user", "content": "x"}, call(1, "git log"), result(1, "x"), call(2, "terraform apply"), result(2, "y"))
     cs = snapshot_calls(s, cache=None)
     assert [(c.message_index, c.mutating) for c in cs] == [(1, False), (3, True)]
+
+
+def test_responses_shell_calls_are_steps() -> None:
+    """Codex's shell calls in a Responses body — a ``shell`` function with an argv list,
+    or a ``local_shell_call`` item that has no name — are judged by their command."""
+    from proxy.core.messages import from_openai_responses
+
+    body = {
+        "instructions": "agent",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {"type": "local_shell_call", "call_id": "c1", "action": {"type": "exec", "command": ["bash", "-lc", "aws s3api create-multipart-upload --bucket m --key k"]}},
+            {"type": "local_shell_call_output", "call_id": "c1", "output": json.dumps({"UploadId": UPLOAD})},
+            {"type": "function_call", "call_id": "c2", "name": "shell", "arguments": json.dumps({"command": ["bash", "-lc", "git rev-parse HEAD"]})},
+            {"type": "function_call_output", "call_id": "c2", "output": SHA},
+        ],
+    }
+    ids = extract_snapshot(from_openai_responses(body), cache=None)
+    (u,) = by_value(ids, UPLOAD)
+    assert u.source.command and u.source.mutating is True and u.why == "2a"
+    assert regen_of(ids, SHA) is True  # read, and nothing changed HEAD afterwards
