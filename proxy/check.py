@@ -148,6 +148,7 @@ _RULES: dict[str, str] = {
     "2a": "minted by a step that changed something: running it again would not give it back",
     "2b": "the state before a later change (read-before-write): the only record of the prior state",
     "2c": "written by the agent into a call that changed something, from no other source",
+    "2*": "re-injected by the gate after an earlier compaction: judged required while its source was visible",
 }
 
 

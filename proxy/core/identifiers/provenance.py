@@ -22,6 +22,10 @@ describes. The value is required (``regenerable=False``) when one of these holds
   other than the agent's own words is the arguments of a state-changing step, and it is
   opaque (an idempotency key, the digest deployed), not a derivable name (§3b).
 
+A value listed in a note the gate itself inserted (a re-injection after an earlier
+compaction) stays required (``2*``): the judgement that put it there was made when its
+provenance was still visible.
+
 Otherwise it is regenerable, with the reason (``why``): ``3a`` read-only, ``3b`` echo or
 derivable, ``3c`` current state or configuration name, ``3d`` noise, ``-`` no step said
 anything. The carrier role never matters: a tool result, pasted user text and assistant
@@ -52,7 +56,7 @@ from .evidence import (
     prior_marked,
 )
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
-from .steps import TextStep, text_steps
+from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
 from .validators import has_opaque_part
 
 __all__ = ["CallRef", "Step", "judge"]
@@ -133,6 +137,8 @@ def _text_step(mi: int, pi: int, text: str, ts: TextStep) -> Step:
     args = text[ts.args_start : ts.args_end]
     if ts.command is not None:
         cls = classify_command(ts.command)
+    elif ts.tool in (GATE_NOTE, PASTED_OUTPUT):
+        cls = CallClass(None)
     elif ts.tool is not None and not is_shell_tool(ts.tool):
         cls = classify_call(ts.tool, args)
     else:  # prose: no step ran
@@ -241,6 +247,8 @@ def _decide(
     entity_regions: Callable[[str, Step], list[tuple[int, int]]],
 ) -> str:
     """The rule that decides one value (all its occurrences, in order)."""
+    if any(o.step is not None and o.step.tool == GATE_NOTE and o.role == _OUT for o in occs):
+        return "2*"  # the gate's own note: an earlier judgement found it required
     first = occs[0]
     ident = first.ident
     klass = cls_of(ident)

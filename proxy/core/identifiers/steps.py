@@ -8,8 +8,10 @@ role that carries the text does not matter"):
   this output: …``, Cline's ``[execute_command for '…'] Result:``), in a shell transcript
   (``$ cmd`` lines), a ReAct trace (``Action:`` / ``Action Input:`` / ``Observation:``)
   or an XML call in assistant text (``<execute_command><command>…``);
-- any other text: a step with no known command whose "output" is the text itself (its
-  state change can only be judged by what it says).
+- output pasted under ``Output:`` / ``Here is the result:`` with no command: a step whose
+  state change only its output can tell;
+- a note the gate itself inserted (its values were judged required before);
+- any other text: prose, a mention — no step ran.
 
 :func:`text_steps` cuts one text into such pieces (pure; callers cache it per message).
 Every piece has an optional command span (the step's arguments) and an output span.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["TextStep", "text_steps"]
+__all__ = ["GATE_NOTE", "PASTED_OUTPUT", "TextStep", "text_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +56,24 @@ _MARKERS = re.compile(
             # "Output of `cmd`:" / "Ran `cmd`:" / "`cmd` output:" / "Running `cmd`"
             r"(?:Output of|Ran|Running|Executed|Result of)[ \t]+`(?P<o_cmd>[^`\n]+)`[^\n]*\n" + _FENCE,
             r"`(?P<p_cmd>[^`\n]+)`[ \t]+(?:output|printed|returned)[^\n]*\n" + _FENCE,
+            # the gate's own repair notes: values an earlier judgement found required
+            r"(?P<g_note>\[compaction-gate: (?:identifiers preserved|verbatim identifiers)[^\]\n]*\])",
+            # output pasted with no command: "Here is the output:" / "Output:" / "Result:"
+            r"(?m:^)(?i:here(?:'s| is) (?:the )?(?P<u_what>output|result|response)[^\n]*|(?P<u_label>output|result|response):)[ \t]*\n" + _FENCE,
             # shell transcripts: "$ cmd" (optionally after user@host:path)
             r"(?m:^)(?:[\w.\-]+@[\w.\-]+:[^\n$#]*)?[$%❯][ \t]+(?P<s_cmd>[^\n]+)\n?",
         )
     )
 )
 
-#: Text that ends a step's output before the next marker: a closing fence, a ReAct thought.
-_OUT_END = re.compile(r"(?m)^(?:```[ \t]*$|Thought:)")
+#: Text that ends a step's output before the next marker: a closing fence, a ReAct
+#: thought, the end of a gate note.
+_OUT_END = re.compile(r"(?m)^(?:```[ \t]*$|Thought:|\[/compaction-gate\])")
+
+#: ``TextStep.tool`` of a note the gate itself inserted (its values were judged required).
+GATE_NOTE = "compaction-gate"
+#: ``TextStep.tool`` of output pasted without its command.
+PASTED_OUTPUT = "pasted-output"
 
 
 def _cmd_of(m: re.Match[str]) -> tuple[str | None, str | None, int, int]:
@@ -70,6 +82,10 @@ def _cmd_of(m: re.Match[str]) -> tuple[str | None, str | None, int, int]:
         if m.group(g) is not None:
             cmd = m.group(g).strip()
             return ("execute_command" if g == "x_cmd" else None), cmd, m.start(g), m.end(g)
+    if m.group("g_note") is not None:
+        return GATE_NOTE, None, m.start(), m.start()
+    if m.group("u_what") is not None or m.group("u_label") is not None:
+        return PASTED_OUTPUT, None, m.start(), m.start()
     if m.group("c_tool") is not None:
         tool, arg = m.group("c_tool"), m.group("c_arg")
         if arg is None:
