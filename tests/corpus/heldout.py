@@ -799,6 +799,119 @@ FAMILIES_C: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] 
 }
 
 
+# ---- batch D: written after batch C was passing, with two new compaction styles;
+# scored before any change to the gate
+
+
+def _kms_key(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    acct = str(f.ids.num(10**11, 10**12 - 1))
+    key = f.ids.uuid()
+    f.user("Create a KMS key for the exports bucket and give it the alias alias/exports-eu.")
+    f.bash(
+        "aws kms create-key --description 'exports-eu bucket key' --key-usage ENCRYPT_DECRYPT",
+        json.dumps({"KeyMetadata": {"AWSAccountId": acct, "KeyId": key, "Arn": f"arn:aws:kms:eu-west-1:{acct}:key/{key}", "KeyState": "Enabled", "CreationDate": "2024-06-11T09:00:00+00:00"}}, indent=2),
+        "created the key",
+        required=[(key, "2a")],
+    )
+    f.bash(f"aws kms create-alias --alias-name alias/exports-eu --target-key-id {key}", "", "created the alias")
+    f.noise()
+    return f.build("You are a cloud security agent with AWS CLI access.", "create the exports KMS key and alias")
+
+
+def _argo_rollout(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    old = f"ghcr.io/acme/web@sha256:{f.ids.hex(64)}"
+    f.user("Move the web rollout to 1.5.0; if the analysis fails, go back to exactly what runs now.")
+    f.bash(
+        "kubectl argo rollouts get rollout web -n shop --no-color",
+        f"Name:            web\nNamespace:       shop\nStatus:          ✔ Healthy\nStrategy:        Canary\nImages:          {old} (stable)\nReplicas:\n  Desired:       4\n  Current:       4",
+        "read the rollout",
+        required=[(old.split("@")[1], "2b")],
+    )
+    f.bash("kubectl argo rollouts set image web web=ghcr.io/acme/web:1.5.0 -n shop", 'rollout "web" image updated', "set the new image")
+    f.noise()
+    return f.build("You are a release agent with kubectl and the argo rollouts plugin.", "move web to 1.5.0, reversibly")
+
+
+def _gsutil_copy(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    gen = str(f.ids.num(10**15, 10**16 - 1))
+    f.user("Upload build.tar.gz to gs://acme-artifacts and list its generations.")
+    f.bash(
+        "gsutil cp build.tar.gz gs://acme-artifacts/",
+        "Copying file://build.tar.gz [Content-Type=application/x-tar]...\n/ [1 files][ 12.3 MiB/ 12.3 MiB]\nOperation completed over 1 objects/12.3 MiB.",
+        "uploaded the artifact",
+    )
+    f.bash("gsutil ls -a gs://acme-artifacts/build.tar.gz", f"gs://acme-artifacts/build.tar.gz#{gen}", "listed its generations", regen=[gen])
+    f.noise()
+    return f.build("You are a release agent with gsutil.", "upload the artifact")
+
+
+def _ssh_keypair(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    kid = "key-0" + f.ids.hex(16)
+    body = "\n".join(f.ids.alnum(64) for _ in range(4))
+    pem = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    f.user("Create an EC2 key pair deploy-2024 for the bastion; we need the private key once to install it.")
+    f.bash(
+        "aws ec2 create-key-pair --key-name deploy-2024 --key-type rsa",
+        json.dumps({"KeyName": "deploy-2024", "KeyPairId": kid, "KeyMaterial": pem}, indent=2),
+        "created the key pair",
+        required=[(kid, "2a")],
+        secrets=[json.dumps(pem)[1:-1]],  # as the JSON output carries it
+    )
+    f.noise()
+    return f.build("You are a cloud operations agent with AWS CLI access.", "create the deploy key pair")
+
+
+def _k8s_token(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    import base64
+
+    head = base64.urlsafe_b64encode(b'{"alg":"RS256","kid":"' + f.ids.alnum(12).encode() + b'"}').decode().rstrip("=")
+    claims = base64.urlsafe_b64encode(json.dumps({"sub": "system:serviceaccount:ci:deploy-bot", "exp": 1718100000}).encode()).decode().rstrip("=")
+    jwt = f"{head}.{claims}.{f.ids.alnum(86)}"
+    f.user("Mint a one-hour token for the ci/deploy-bot service account for the pipeline.")
+    f.bash("kubectl create token deploy-bot -n ci --duration=1h", jwt, "minted the token", secrets=[jwt])
+    f.noise()
+    return f.build("You are a platform agent with kubectl.", "mint a token for deploy-bot")
+
+
+def _cdn_purge(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    pid = f.ids.hex(32)
+    zone = f.ids.hex(32)
+    f.user(f"Purge the CDN cache for /assets/app.js in zone {zone}.")
+    f.bash(
+        f"curl -s -X POST https://api.cloudflare.com/client/v4/zones/{zone}/purge_cache -H 'Content-Type: application/json' --data '{{\"files\":[\"https://shop-demo.io/assets/app.js\"]}}'",
+        json.dumps({"success": True, "errors": [], "messages": [], "result": {"id": pid}}),
+        "purged the cache",
+        required=[(pid, "2a")],
+    )
+    f.noise()
+    return f.build("You are a web operations agent with shell access.", "purge /assets/app.js from the CDN")
+
+
+def _mysql_binlog(f: _Fam) -> tuple[Conversation, tuple[Label, ...]]:
+    binlog = f"mysql-bin.{f.ids.num(100, 999):06d}"
+    f.user("Before resetting the replica's source position, record where the source is now.")
+    f.bash(
+        'mysql -h db-primary -e "SHOW MASTER STATUS\\G"',
+        f"*************************** 1. row ***************************\n             File: {binlog}\n         Position: {f.ids.num(1000, 99999)}\n     Binlog_Do_DB:\n Executed_Gtid_Set: ",
+        "recorded the source position",
+        required=[(binlog, "2b")],
+    )
+    f.bash('mysql -h db-primary -e "RESET MASTER"', "", "reset the binary logs")
+    f.noise()
+    return f.build("You are a database operations agent with the mysql client.", "reset the binary logs, with the old position recorded")
+
+
+FAMILIES_D: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
+    "kms_key": _kms_key,
+    "argo_rollout": _argo_rollout,
+    "gsutil_copy": _gsutil_copy,
+    "ssh_keypair": _ssh_keypair,
+    "k8s_token": _k8s_token,
+    "cdn_purge": _cdn_purge,
+    "mysql_binlog": _mysql_binlog,
+}
+
+
 FAMILIES: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = {
     "dns_cli": _dns_cli,
     "dns_api": _dns_api,
@@ -822,6 +935,9 @@ FAMILIES: dict[str, Callable[[_Fam], tuple[Conversation, tuple[Label, ...]]]] = 
 # --------------------------------------------------------------------------- compaction
 
 STYLES = ("json_state", "system_memory", "tool_digest", "drop_tools", "assistant_bullets", "middle_out", "claude_code", "codex")
+#: Batch D adds two styles: old tool outputs cut to their first characters, and the
+#: summary returned as the result of a summarize tool call (Cline's way).
+STYLES_D = (*STYLES, "partial_truncate", "summary_in_tool")
 MODES = ("keep_all", "keep_required", "drop_one", "drop_all", "alter")
 DIALECTS = ("openai", "anthropic", "responses", "pasted_aider", "pasted_cline")
 
@@ -890,6 +1006,13 @@ def compact_heldout(conv: Conversation, style: str, refs: Sequence[str], keep: i
         return conv.with_turns([first, Turn("assistant", text)] + tail)
     if style == "middle_out":  # no summary: the middle of the history is cut
         return conv.with_turns([first] + tail)
+    if style == "partial_truncate":  # every old tool output cut to its first characters
+        out = [replace(t, text=t.text[:24] + " …[truncated]") if t.role == "tool" and i < start and len(t.text) > 24 else t for i, t in enumerate(turns)]
+        return conv.with_turns(out)
+    if style == "summary_in_tool":
+        call = Turn("assistant", "", calls=(ToolCall("call_summarize", "summarize_task", {"context": "checkpoint"}),))
+        res = Turn("tool", "This session is being continued from a previous conversation that ran out of context. " + text, call_id="call_summarize", tool_name="summarize_task")
+        return conv.with_turns([first, call, res] + tail)
     if style == "claude_code":
         return conv.with_turns(
             [Turn("user", "This session is being continued from a previous conversation that ran out of context. The conversation is summarized below:\n" + text)] + tail
@@ -951,11 +1074,12 @@ def _render(conv: Conversation, dialect: str) -> dict[str, Any]:
 
 def _one(i: int, batch: str = "a") -> HeldOutCase:
     rng = random.Random(f"heldout-case:{batch}:{i}")
-    table = {"a": FAMILIES, "b": FAMILIES_B, "c": FAMILIES_C}[batch]
+    table = {"a": FAMILIES, "b": FAMILIES_B, "c": FAMILIES_C, "d": FAMILIES_D}[batch]
+    styles = STYLES_D if batch == "d" else STYLES
     fams = list(table)
     family = fams[i % len(fams)]
-    style = STYLES[(i // len(fams)) % len(STYLES)]
-    dialect = DIALECTS[(i // (len(fams) * len(STYLES))) % len(DIALECTS)] if i >= len(fams) * len(STYLES) else rng.choice(DIALECTS)
+    style = styles[(i // len(fams)) % len(styles)]
+    dialect = DIALECTS[(i // (len(fams) * len(styles))) % len(DIALECTS)] if i >= len(fams) * len(styles) else rng.choice(DIALECTS)
     mode = rng.choice(MODES)
     conv, labels = table[family](_Fam(family, i))
     if dialect.startswith("pasted_"):
@@ -963,7 +1087,7 @@ def _one(i: int, batch: str = "a") -> HeldOutCase:
     plain = [lb for lb in labels if not lb.secret]
     refs, _ = _refs(plain, mode, rng)
     keep = rng.randint(1, 3)
-    if style in ("tool_digest", "middle_out"):
+    if style in ("tool_digest", "middle_out", "partial_truncate"):
         mode = "implicit"
     after = compact_heldout(conv, style, refs, keep)
     text = after.text_of()
@@ -971,7 +1095,7 @@ def _one(i: int, batch: str = "a") -> HeldOutCase:
     gone_secret = sum(1 for lb in labels if lb.secret and not _visible(lb.value, text))
     gone_regen = tuple(sorted(lb.value for lb in plain if not lb.required and not _visible(lb.value, text)))
     return HeldOutCase(
-        f"{ {'a': 'h', 'b': 'g', 'c': 'k'}[batch]}{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
+        f"{ {'a': 'h', 'b': 'g', 'c': 'k', 'd': 'm'}[batch]}{i:04d}", family, style, mode, dialect, _render(conv, dialect), _render(after, dialect),
         gone, gone_secret, gone_regen, tuple(lb.value for lb in plain if lb.required),
     )
 
@@ -986,7 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write the held-out corpus in the shared corpus's format")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("-n", type=int, default=340)
-    ap.add_argument("--batch", choices=("a", "b", "c"), default="a")
+    ap.add_argument("--batch", choices=("a", "b", "c", "d"), default="a")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     cases = generate(a.n, a.batch)

@@ -67,12 +67,12 @@ def _score(cases: list[HeldOutCase]) -> tuple[dict[str, float], list[str]]:
     return m, misses
 
 
-@pytest.mark.parametrize("batch,n", [("a", 340), ("b", 216), ("c", 240)])
+@pytest.mark.parametrize("batch,n", [("a", 340), ("b", 216), ("c", 240), ("d", 280)])
 def test_heldout_corpus(batch: str, n: int, pytestconfig: pytest.Config) -> None:
     cases = generate(n, batch)
-    fams = {"a": FAMILIES, "b": FAMILIES_B, "c": FAMILIES_C}[batch]
+    fams = {"a": FAMILIES, "b": FAMILIES_B, "c": FAMILIES_C, "d": FAMILIES_D}[batch]
     assert {c.family for c in cases} == set(fams)
-    assert {c.style for c in cases} == set(STYLES) and {c.dialect for c in cases} == set(DIALECTS)
+    assert {c.style for c in cases} == set(STYLES_D if batch == "d" else STYLES) and {c.dialect for c in cases} == set(DIALECTS)
     m, misses = _score(cases)
     kinds = Counter(c.destructive for c in cases)
     line = (

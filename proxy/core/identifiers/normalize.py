@@ -315,8 +315,8 @@ def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
     """For a composite value, the token that identifies it and its qualifier (PRINCIPLES
     §4: "for a record such as ``group topic partition offset``, the binding is the
     identifying token — the offset, with its partition"): Kafka offsets → (offset,
-    partition); an image reference pinned by digest → (digest, None); a resource URL
-    ending in an assigned number or id → (that last segment, None). ``None`` for values
+    partition); an image reference pinned by digest → (digest, None); a resource URL or
+    an ARN ending in an assigned number or id → (that last segment, None). ``None`` for values
     that are their own identifying token."""
     if kind == "kafka_offset":
         head, _, offset = norm.rpartition("@")
@@ -327,6 +327,11 @@ def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
     if kind == "oci_image" and "@" in norm:
         digest = norm.rpartition("@")[2]
         return (digest, None) if ":" in digest else None
+    if kind == "aws_arn":  # arn:…:key/<id>: the resource id the service assigned
+        last = re.split(r"[:/]", norm)[-1]
+        from .validators import has_opaque_part
+
+        return (last, None) if len(last) >= 8 and has_opaque_part(last) else None
     if kind == "url":
         # a resource URL ending in what the service assigned: a number (…/pipelines/8182520)
         # or a machine-made id (…/incidents/Q9ZOQVV8O9IOW5, …/operations/<uuid>)

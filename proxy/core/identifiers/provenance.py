@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.core.messages import Snapshot
+from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 
 from .commands import CallClass, classify_call, classify_command, is_shell_tool
 from .evidence import (
@@ -353,6 +353,15 @@ def judge(
             text_parts[key] = [(ts, _text_step(mi, pi, text, ts)) for ts in text_steps_of(mi, pi, text)]
             steps.extend(s for _, s in text_parts[key])
         return text_parts[key]
+
+    # every text part's steps, also of parts without identifiers: a pasted command that
+    # printed nothing can still be the change that makes an earlier read prior state
+    if snapshot.system:
+        text_pieces(SYSTEM_INDEX, 0)
+    for mi, m in enumerate(msgs):
+        for pi, p in enumerate(m.parts):
+            if p.kind in TEXTUAL_KINDS and p.text and p.kind != "tool_call" and (mi, pi) not in by_call:
+                text_pieces(mi, pi)
 
     # ---- occurrences, grouped by value
     groups: dict[str, list[_Occ]] = {}
