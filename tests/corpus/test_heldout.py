@@ -13,7 +13,7 @@ from proxy.core.analysis import analyze
 from proxy.core.markers import default_markers
 from proxy.core.messages import from_any
 from tests.corpus.conftest import REPORT_ATTR
-from tests.corpus.heldout import (
+from tests.corpus.heldout import DIALECTS, FAMILIES, FAMILIES_B, FAMILIES_C, FAMILIES_D, STYLES, STYLES_D, HeldOutCase, generate
     DIALECTS,
     FAMILIES,
     FAMILIES_B,
