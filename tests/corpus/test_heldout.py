@@ -13,12 +13,14 @@ from proxy.core.analysis import analyze
 from proxy.core.markers import default_markers
 from proxy.core.messages import from_any
 from tests.corpus.conftest import REPORT_ATTR
-from tests.corpus.heldout import DIALECTS, FAMILIES, FAMILIES_B, FAMILIES_C, FAMILIES_D, STYLES, STYLES_D, HeldOutCase, generate
+from tests.corpus.heldout import (
     DIALECTS,
     FAMILIES,
     FAMILIES_B,
     FAMILIES_C,
+    FAMILIES_D,
     STYLES,
+    STYLES_D,
     HeldOutCase,
     generate,
 )
