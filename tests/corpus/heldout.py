@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,10 +52,12 @@ from typing import Any
 from tests.support.conversations import (
     BASH_TOOL,
     Conversation,
+    Ids,
     Planted,
     Step,
     ToolCall,
     Turn,
+    _visible,
     pasted,
 )
 
@@ -71,31 +72,14 @@ class Label:
     secret: bool = False
 
 
-class _Ids:
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    def _mixed(self, alphabet: str, n: int) -> str:
-        while True:
-            s = "".join(self.rng.choice(alphabet) for _ in range(n))
-            if any(c.isdigit() for c in s) and any(c.isalpha() for c in s):
-                return s
-
-    def hex(self, n: int) -> str:
-        return self._mixed("0123456789abcdef", n)
-
-    def alnum(self, n: int) -> str:
-        return self._mixed(string.ascii_letters + string.digits, n)
+class _Ids(Ids):
+    """The shared deterministic ids, plus the shapes these families need."""
 
     def upper(self, n: int) -> str:
         return self._mixed(string.ascii_uppercase + string.digits, n)
 
     def lower(self, n: int) -> str:
         return self._mixed(string.ascii_lowercase + string.digits, n)
-
-    def uuid(self) -> str:
-        h = self.hex(32)
-        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{self.rng.choice('89ab')}{h[17:20]}-{h[20:32]}"
 
     def num(self, lo: int, hi: int) -> int:
         return self.rng.randint(lo, hi)
@@ -1022,14 +1006,6 @@ def compact_heldout(conv: Conversation, style: str, refs: Sequence[str], keep: i
 
 
 # --------------------------------------------------------------------------- cases
-
-
-def _visible(value: str, text: str) -> bool:
-    for m in re.finditer(re.escape(value), text):
-        a, z = m.start(), m.end()
-        if (a == 0 or not text[a - 1].isalnum()) and (z == len(text) or not text[z].isalnum()):
-            return True
-    return False
 
 
 @dataclass(frozen=True)

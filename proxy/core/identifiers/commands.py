@@ -25,6 +25,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
@@ -910,8 +911,10 @@ def _classify_chain(command: str) -> CallClass:
     return CallClass(False, command, domains, "; ".join(dict.fromkeys(s.reason for s in segs)))
 
 
+@lru_cache(maxsize=4096)
 def classify_command(command: str) -> CallClass:
-    """Classify a shell command line (see module docstring). Never raises."""
+    """Classify a shell command line (see module docstring). Never raises. Memoised
+    (pure, and a history's commands are classified again on every lossy request)."""
     try:
         return _classify_chain(command)
     except Exception:  # pragma: no cover - defensive: classification must never break extraction

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from .commands import split_segments
@@ -57,6 +58,7 @@ _CHANGED = re.compile(
 _UNCHANGED = re.compile(r"(?i)\b(?:dry[ -]?run|would be (?:created|applied|changed|deleted)|no changes|nothing to (?:do|commit|change)|plan only)\b")
 
 
+@lru_cache(maxsize=2048)
 def output_says_changed(text: str) -> bool | None:
     """``True`` when the output reports a change, ``False`` when it says nothing changed
     (a dry run), ``None`` when it says neither."""
@@ -85,6 +87,11 @@ _CREATED_WORDS = re.compile(r"(?i)\b(?:created|creation|creating|new|201|generat
 def creates(tool: str | None, command: str | None, output: str) -> bool:
     """The step makes something new: its verb is a creation verb (``create``, ``run``,
     ``acquire``, ``upload`` …), or a modifying verb's output says ``created``."""
+    return _creates(tool, command, output[:2000])
+
+
+@lru_cache(maxsize=4096)
+def _creates(tool: str | None, command: str | None, output: str) -> bool:
     words: list[str] = []
     if command:
         for seg in split_segments(command)[:4]:
@@ -203,7 +210,13 @@ def _implicit(domains: Iterable[str]) -> set[str]:
 
 def link_keys(tool: str | None, command: str | None, args: str, domains: Iterable[str] = ()) -> frozenset[str]:
     """Names of the resources a step touches (lower case), for linking a read with a
-    later change of the same resource (PRINCIPLES §2b)."""
+    later change of the same resource (PRINCIPLES §2b). Memoised: a history's steps are
+    judged again on every lossy request."""
+    return _link_keys(tool, command, args, frozenset(domains))
+
+
+@lru_cache(maxsize=4096)
+def _link_keys(tool: str | None, command: str | None, args: str, domains: frozenset[str]) -> frozenset[str]:
     keys = _implicit(domains)
     if command:
         keys |= _command_names(command)
@@ -229,6 +242,7 @@ def link_keys(tool: str | None, command: str | None, args: str, domains: Iterabl
 _HISTORY_WORDS = frozenset({"log", "logs", "history", "reflog", "shortlog", "whatchanged", "events", "audit", "journal", "journalctl"})
 
 
+@lru_cache(maxsize=4096)
 def is_history(tool: str | None, command: str | None) -> bool:
     """A read that lists past records (``git log``, ``alembic history``, ``helm
     history``): entries of a history stay valid after a change (PRINCIPLES §3d)."""
