@@ -1,6 +1,10 @@
 """Regenerability: can a value be fetched again without side effects? (DESIGN §2)
 
-Rules, in order (all pure; policies may override per kind or per tool):
+:func:`extract_snapshot <.extract.extract_snapshot>` decides it by provenance
+(:mod:`.provenance`, the rules of corpus/PRINCIPLES.md) and then applies a policy's
+overrides with :func:`apply_overrides`. :func:`mark_regenerability` below is the earlier,
+table-driven rule set (source of the text, read-before-write by resource domain), kept
+for callers that only have identifiers and call records, not a snapshot:
 
 1. **Source.** Values in the system prompt or user text are *not* regenerable (the user
    said them; nothing can re-fetch them). A value in the result of a *mutating* call is
