@@ -10,7 +10,9 @@
   ships (``model_prices_and_context_window_backup.json``) without importing litellm, so
   they are known from the first request. ``import litellm`` takes seconds, so it happens
   only in :meth:`TokenAccounting.warm` / :meth:`TokenAccounting.preload_litellm` (run
-  them in a thread, off the request path) for the non-OpenAI counters. Until a model is
+  them in a thread, off the request path), and only for what needs litellm itself: the
+  non-OpenAI counters and windows the map does not list. An OpenAI family with a
+  known window never imports it. Until a model is
   warm, :meth:`TokenAccounting.model_info` answers with a provisional info (tiktoken
   estimate, window from the map) and never blocks.
 - The import leaves ~350,000 long-lived objects; right after it they are moved to the
@@ -18,7 +20,16 @@
   collection would traverse them again (100-250 ms pauses on the request path).
 
 Per-message counts are cached by (tokenizer, message digest), so each message is
-tokenised once however many requests repeat it. A message costs its text and tool-call
+tokenised once however many requests repeat it.
+
+Bounded work on the event loop: a text longer than :data:`LOOP_EXACT_CHARS` is never
+tokenised whole there (tiktoken takes ~0.15 s per MB of ordinary text and ~0.5 s per MB
+of one unbroken run, superlinear in the run's length). Its count is *estimated* from its first ``LOOP_EXACT_CHARS``
+characters, scaled to its length, unless :meth:`TokenAccounting.precount` — run in a
+worker thread, where tiktoken releases the GIL — already counted it exactly (up to
+:data:`MAX_EXACT_CHARS` per text; longer ones are estimated the same way there). A
+message whose count is an estimate is remembered as such (:meth:`TokenAccounting.is_estimated`),
+so the token timeline can say so. A message costs its text and tool-call
 names plus :data:`MESSAGE_OVERHEAD` tokens (OpenAI chat framing); a request adds the
 system prompt, the tool definitions and :data:`REPLY_OVERHEAD`.
 """
@@ -42,7 +53,15 @@ from typing import Any
 from proxy.core.messages import Message, Snapshot, tools_text
 from proxy.tokenizer import encoding_name_for_model, get_encoding
 
-__all__ = ["MESSAGE_OVERHEAD", "REPLY_OVERHEAD", "ModelInfo", "TokenAccounting", "is_openai_model"]
+__all__ = [
+    "LOOP_EXACT_CHARS",
+    "MAX_EXACT_CHARS",
+    "MESSAGE_OVERHEAD",
+    "REPLY_OVERHEAD",
+    "ModelInfo",
+    "TokenAccounting",
+    "is_openai_model",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +72,12 @@ _CACHE_MAX = 200_000
 #: counted once per tokenizer and text, whichever message they appear in.
 _SHORT_TEXT = 256
 _SHORT_MAX = 20_000
+#: Longest text tokenised whole on the event loop (characters); longer ones are estimated
+#: there unless counted beforehand in a thread (:meth:`TokenAccounting.precount`).
+LOOP_EXACT_CHARS = 8 * 1024
+#: Longest text tokenised whole at all (characters); longer ones are always estimated
+#: (a 4 MB unbroken run would cost seconds of CPU: tiktoken is superlinear in a run).
+MAX_EXACT_CHARS = 256 * 1024
 
 _OPENAI_PREFIXES = (
     "gpt-", "chatgpt-", "o1", "o3", "o4", "text-embedding", "text-davinci", "davinci", "babbage",
@@ -180,6 +205,8 @@ class TokenAccounting:
         self._short: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._warming: set[str] = set()
+        #: (tokenizer, digest) of messages whose cached count is an estimate
+        self._estimated: set[tuple[str, str]] = set()
 
     # -- start-up
 
@@ -237,7 +264,11 @@ class TokenAccounting:
         prov = self._provisional(m)
         info = prov
         counter: Callable[[str], int] | None = None
-        if m:
+        if m and prov.exact and prov.window is not None:
+            # an OpenAI family whose window the model map knows: tiktoken counts it
+            # exactly and litellm has nothing to add (its import costs seconds and ~150 MB)
+            info = ModelInfo(m, prov.tokenizer, prov.exact, prov.window, warm=True)
+        elif m:
             try:
                 litellm = _litellm()
                 window = _window_from_litellm(litellm, m)
@@ -292,38 +323,79 @@ class TokenAccounting:
         return fn
 
     def count_text(self, model: str | None, text: str) -> int:
-        """Tokens of ``text`` for ``model`` (for OpenAI models: exactly tiktoken's count)."""
+        """Tokens of ``text`` for ``model`` (for OpenAI models: exactly tiktoken's count;
+        estimated beyond :data:`LOOP_EXACT_CHARS` characters)."""
         if not text:
             return 0
-        return self._count_fn(self.model_info(model).tokenizer)(text)
+        tok = self.model_info(model).tokenizer
+        return self._count_part(tok, self._count_fn(tok), text)[0] if len(text) > _SHORT_TEXT else self._count_fn(tok)(text)
 
     def _remember(self, cache: dict[tuple[str, str], int], key: tuple[str, str], n: int) -> None:
-        if len(cache) >= _CACHE_MAX:
-            for k in list(cache)[: _CACHE_MAX // 10]:
-                del cache[k]
-        cache[key] = n
+        with self._lock:
+            if len(cache) >= _CACHE_MAX:
+                for k in list(cache)[: _CACHE_MAX // 10]:
+                    cache.pop(k, None)
+                    if cache is self._cache:
+                        self._estimated.discard(k)
+            cache[key] = n
 
-    def count_message(self, model: str | None, msg: Message) -> int:
-        """Tokens of one message (text, tool-call names, framing); cached by digest."""
+    def count_message(self, model: str | None, msg: Message, *, limit: int = LOOP_EXACT_CHARS) -> int:
+        """Tokens of one message (text, tool-call names, framing); cached by digest.
+        Texts over ``limit`` characters are estimated (see the module docstring)."""
         tok = self.model_info(model).tokenizer
         key = (tok, msg.digest)
         n = self._cache.get(key)
-        if n is None:
+        if n is None or (limit > LOOP_EXACT_CHARS and key in self._estimated):
             fn = self._count_fn(tok)
             n = MESSAGE_OVERHEAD
+            estimated = False
             for p in msg.parts:
                 if p.kind in ("text", "tool_call", "tool_result", "thinking") and p.text:
-                    n += self._count_part(tok, fn, p.text)
+                    k, est = self._count_part(tok, fn, p.text, limit)
+                    n += k
+                    estimated = estimated or est
                 if p.kind == "tool_call" and p.tool_name:
-                    n += self._count_part(tok, fn, p.tool_name) + 1
+                    n += self._count_part(tok, fn, p.tool_name, limit)[0] + 1
             if msg.name:
                 n += 1
             self._remember(self._cache, key, n)
+            if estimated:
+                self._estimated.add(key)
+            else:
+                self._estimated.discard(key)
         return n
 
-    def _count_part(self, tok: str, fn: Callable[[str], int], text: str) -> int:
+    def is_estimated(self, model: str | None, msg: Message) -> bool:
+        """Whether the cached count of ``msg`` is an estimate (a text over the cap)."""
+        return bool(self._estimated) and (self.model_info(model).tokenizer, msg.digest) in self._estimated
+
+    def any_estimated(self, model: str | None, msgs: tuple[Message, ...]) -> bool:
+        """Whether the count of any of ``msgs`` is an estimate."""
+        if not self._estimated:
+            return False
+        tok = self.model_info(model).tokenizer
+        return any((tok, m.digest) in self._estimated for m in msgs)
+
+    def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
+        """Count the messages with a text too long for the event loop, exactly up to
+        :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread. (Not at a
+        lower CPU priority: a niced thread descheduled while it holds the GIL would stall
+        the event loop — measured, seconds.)"""
+        for m in msgs:
+            if any(len(p.text) > LOOP_EXACT_CHARS for p in m.parts):
+                self.count_message(model, m, limit=MAX_EXACT_CHARS)
+
+    @staticmethod
+    def needs_precount(msgs: tuple[Message, ...]) -> bool:
+        return any(len(p.text) > LOOP_EXACT_CHARS for m in msgs for p in m.parts)
+
+    def _count_part(self, tok: str, fn: Callable[[str], int], text: str, limit: int = LOOP_EXACT_CHARS) -> tuple[int, bool]:
+        """(tokens, estimated) of one text."""
+        if len(text) > limit:
+            head = fn(text[:limit])
+            return max(1, round(head * len(text) / limit)), True
         if len(text) > _SHORT_TEXT:
-            return fn(text)
+            return fn(text), False
         key = (tok, text)
         n = self._short.get(key)
         if n is None:
@@ -331,7 +403,7 @@ class TokenAccounting:
             if len(self._short) >= _SHORT_MAX:
                 self._short.clear()
             self._short[key] = n
-        return n
+        return n, False
 
     def count_keyed_text(self, model: str | None, key: str, text: str | Callable[[], str]) -> int:
         """Tokens of a large text identified by ``key`` (e.g. the system prompt's hash);

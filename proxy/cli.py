@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ __all__ = ["COMMANDS", "Command", "build_parser", "main", "register", "register_
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+#: The reader of stdout went away before the output was written (``… | head``): the
+#: shell's code for a process ended by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class _CommandModule(Protocol):
@@ -91,7 +95,9 @@ register(
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The top-level parser. ``only`` limits argument setup to one subcommand."""
+    """The top-level parser. Only subcommand ``only`` gets its arguments (its module is
+    imported for that): ``--help``, ``--version`` and a bare ``compaction-gate`` import
+    no subcommand module, aiohttp or the core."""
     parser = argparse.ArgumentParser(
         prog="compaction-gate",
         description="Transparent LLM API proxy that keeps agent compaction from "
@@ -101,7 +107,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
-        if only is None or only == name:
+        if only == name:
             command.add_arguments(sub)
     return parser
 
@@ -115,7 +121,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return COMMANDS[args.command].run(args)
+    code = EXIT_BROKEN_PIPE
+    try:
+        code = COMMANDS[args.command].run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # ``check … | head``: the reader has what it wanted; no traceback. stdout points at
+        # /dev/null from here so the interpreter's final flush does not fail again. A
+        # verdict computed before the pipe broke keeps its exit code.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -34,6 +34,7 @@ __all__ = [
     "Upstream",
     "apply_overrides",
     "load_config",
+    "state_dir",
 ]
 
 Dialect = Literal["openai", "anthropic"]
@@ -136,14 +137,29 @@ class Upstream:
         return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
 
 
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The per-user state directory: ``$XDG_STATE_HOME/compaction-gate``, by default
+    ``~/.local/state/compaction-gate`` (the XDG base-directory convention)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "compaction-gate"
+
+
 @dataclass(frozen=True)
 class StateSettings:
     """Conversation state store (used by conversation tracking)."""
 
     backend: Literal["sqlite", "memory"] = "sqlite"
-    path: str = ".compaction-gate/state.sqlite3"
+    #: The SQLite file; ``None``: ``state.sqlite3`` in the per-user state directory
+    #: (:func:`state_dir`), never the current directory.
+    path: str | None = None
     ttl_seconds: int = 7 * 24 * 3600
     max_conversations: int = 10_000
+
+    @property
+    def file(self) -> Path:
+        """Where the SQLite state lives (``path``, else the per-user default)."""
+        return Path(self.path) if self.path else state_dir() / "state.sqlite3"
 
     def __post_init__(self) -> None:
         if self.ttl_seconds <= 0:

@@ -672,9 +672,19 @@ async def _run_async(args: argparse.Namespace) -> int:
     sys.stdout.write(f"reports: {json_path} {html_path}\n")
     for problem in result.bad_lines[:5]:
         print(f"compaction-gate replay: skipped {problem}", file=sys.stderr)
-    if result.requests == 0:
+    if len(result.bad_lines) > 5:
+        print(f"compaction-gate replay: skipped {len(result.bad_lines) - 5} more unreadable lines", file=sys.stderr)
+    return exit_code(result)
+
+
+def exit_code(result: ReplayResult) -> int:
+    """3 when a destructive compaction was found (whatever else), 2 on bad input (no
+    request, or lines that could not be read and were skipped), else 0."""
+    if result.destructive:
+        return EXIT_DESTRUCTIVE
+    if result.requests == 0 or result.bad_lines:
         return EXIT_USAGE
-    return EXIT_DESTRUCTIVE if result.destructive else EXIT_SAFE
+    return EXIT_SAFE
 
 
 def run(args: argparse.Namespace) -> int:

@@ -114,6 +114,9 @@ class LostBinding:
     #: The rule of PRINCIPLES.md that decided whether it is required (``2a`` minted,
     #: ``2b`` prior state, ``2c`` written into a change; ``3a``–``3d`` regenerable).
     rule: str = ""
+    #: The line it came from (one line, secrets redacted): what the value *is* — the
+    #: ``from`` of ``Running upgrade 1a2b… -> 4f9a…`` — when a kind has several.
+    context: str = ""
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -127,6 +130,8 @@ class LostBinding:
             "source": self.source.to_json(),
             "where": self.source.describe(),
         }
+        if self.context:
+            out["line"] = self.context
         if self.altered_to is not None:
             out["altered_to"] = self.altered_to
         return out
@@ -432,6 +437,7 @@ def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> Identi
             altered_to=to,
             seen_at=tuple(sorted({i.source.message_index for i in occ})),
             rule=next((i.why for i in occ if not i.regenerable and i.why), rep.why),
+            context=rep.context,
         )
         (altered if to is not None else dropped).append(entry)
     order = lambda b: (b.regenerable, b.source.message_index, b.value)

@@ -149,6 +149,12 @@ NEW = Match(None, "new")
 
 
 _LABEL = re.compile(r"^[\w .()\[\]#/-]{1,32}:\s+")
+#: Lines longer than this are fingerprinted by their ends and length (bounded cost).
+_LONG_LINE = 4096
+#: A text longer than twice this many characters is fingerprinted by the lines of its
+#: first and last ``_LONG_TEXT`` characters only (at most ``_LONG_TEXT_LINES`` of them).
+_LONG_TEXT = 1 << 16
+_LONG_TEXT_LINES = 512
 
 
 def line_fingerprints(text: str, min_len: int = 12, max_lines: int | None = None) -> frozenset[int]:
@@ -161,11 +167,21 @@ def line_fingerprints(text: str, min_len: int = 12, max_lines: int | None = None
     built from them must be rebuilt (not persisted) — which the tracker does on load.
     """
     out: set[int] = set()
-    lines = text.splitlines()
+    if len(text) > 2 * _LONG_TEXT:
+        # megabytes of text: its first and last lines only, without splitting it all
+        half = (max_lines or _LONG_TEXT_LINES) // 2
+        lines = text[:_LONG_TEXT].splitlines()[:half] + text[-_LONG_TEXT:].splitlines()[-half:]
+    else:
+        lines = text.splitlines()
     if max_lines is not None and len(lines) > max_lines:
         half = max_lines // 2
         lines = lines[:half] + lines[-half:]
     for raw in lines:
+        if len(raw) > _LONG_LINE:
+            # a line of megabytes (base64, minified JSON): its ends and length identify it
+            # well enough, at a bounded cost
+            out.add(hash((len(raw), raw[: _LONG_LINE // 2], raw[-_LONG_LINE // 2 :])))
+            continue
         line = raw.strip()
         if len(line) < min_len:
             continue
@@ -366,6 +382,14 @@ class LineageIndex:
         cid, n = max(hits.items(), key=lambda kv: (kv[1], self._hist[kv[0]].last_seen))
         return self._hist[cid], n
 
+    def _latest(self, probe: Probe) -> History | None:
+        """The most recently seen conversation of the probe's namespace."""
+        ns = self._ns.get(probe.namespace)
+        if ns is None:
+            return None
+        ids = {c for s in ns.by_system.values() for c in s}
+        return max((self._hist[c] for c in ids), key=lambda h: h.last_seen) if ids else None
+
     def _latest_with_system(self, probe: Probe) -> History | None:
         ns = self._ns.get(probe.namespace)
         if ns is None:
@@ -508,6 +532,11 @@ def match(index: LineageIndex, probe: Probe) -> Match:
         return best
     if probe.scoped or probe.continuation_hint:
         same = index._latest_with_system(probe)
+        if same is None and probe.scoped and probe.continuation_hint:
+            # The client's own session id, and the request says it continues a compacted
+            # conversation: the same conversation whatever became of its system prompt,
+            # tools or head (Claude Code rewrites its system prompt at compaction).
+            same = index._latest(probe)
         if same is not None:
             if probe.summarize_hint:
                 return Match(same.conversation_id, "side_request")

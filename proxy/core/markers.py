@@ -25,8 +25,10 @@ from typing import Any
 
 import yaml
 
-#: Where a piece of text sits; matches :data:`proxy.core.messages.Role`.
-WHERES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+#: Where a piece of text sits: a message role (:data:`proxy.core.messages.Role`), the
+#: ``type`` of a Responses request's last input item (``item``), or a request header's
+#: value (``header``).
+WHERES: frozenset[str] = frozenset({"system", "user", "assistant", "tool", "item", "header"})
 
 _WS = re.compile(r"\s+")
 #: An XML-style tag with the (already collapsed) space around it.
@@ -80,6 +82,9 @@ class Markers:
     summarize_scope_words: tuple[str, ...] = ()
     generic_placeholders: tuple[Marker, ...] = ()
     transcript_labels: tuple[str, ...] = ()
+    #: How a message that *starts from* a summary opens ("here is a summary of the
+    #: conversation to date:"), matched on the start of the folded text.
+    summary_openers: tuple[str, ...] = ()
 
     def summarize_request_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose summarization-request marker is in the text."""
@@ -88,12 +93,41 @@ class Markers:
                 return a.name
         return None
 
+    def item_agent(self, field: str, item_type: str) -> str | None:
+        """Agent whose ``field`` markers (``summarize_request`` or ``continuation``) name
+        this Responses input item type (``in: [item]``; the whole type, not a substring)."""
+        folded = fold(item_type)
+        for a in self.agents:
+            markers: tuple[Marker, ...] = getattr(a, field)
+            if any("item" in m.where and m.folded == folded for m in markers):
+                return a.name
+        return None
+
+    def item_types(self, field: str) -> frozenset[str]:
+        """Every item type a ``field`` marker names (folded)."""
+        return frozenset(m.folded for a in self.agents for m in getattr(a, field) if "item" in m.where)
+
+    def matches_headers(self) -> bool:
+        """Whether any summarization-request marker is about a request header."""
+        return any("header" in m.where for a in self.agents for m in a.summarize_request)
+
     def continuation_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose post-compaction marker is in the text."""
         for a in self.agents:
             if any(m.matches(folded_text, where) for m in a.continuation):
                 return a.name
         return None
+
+    def presents_summary(self, folded_text: str, where: str | None = None) -> bool:
+        """Whether the text *is* a summary handed to the model (a compacted history starts
+        from it) rather than a request for one: it carries an agent's continuation marker,
+        or opens like a summary (:attr:`summary_openers`). A summarization request asks
+        for a summary of a history it carries; a compacted history starts from one — the
+        two must never be confused (the second is checked, the first is gated)."""
+        if self.continuation_agent(folded_text, where) is not None:
+            return True
+        head = folded_text[:160]
+        return any(head.startswith(o) for o in self.summary_openers)
 
     def placeholder_agent(self, folded_text: str) -> tuple[bool, str | None]:
         """``(is_placeholder, agent)``: whether the text carries a known masking placeholder,
@@ -120,7 +154,7 @@ NO_MARKERS = Markers()
 _TOP_KEYS = frozenset({"version", "agents", "generic"})
 _AGENT_KEYS = frozenset({"display", "summarize_request", "continuation", "masked_placeholders"})
 _GENERIC_KEYS = frozenset(
-    {"summarize_words", "summarize_scope_words", "masked_placeholders", "transcript_labels"}
+    {"summarize_words", "summarize_scope_words", "masked_placeholders", "transcript_labels", "summary_openers"}
 )
 _MARKER_KEYS = frozenset({"text", "in"})
 
@@ -227,6 +261,7 @@ def compile_markers(raw: Any, source: str = "<markers>", lines: Mapping[tuple[An
         transcript_labels=tuple(
             w.lower() for w in _str_list(g.get("transcript_labels"), ("generic", "transcript_labels"), ln)
         ),
+        summary_openers=tuple(fold(w) for w in _str_list(g.get("summary_openers"), ("generic", "summary_openers"), ln)),
     )
 
 

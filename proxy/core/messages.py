@@ -127,8 +127,15 @@ def tools_text(tools: tuple[ToolDef, ...]) -> str:
 # --------------------------------------------------------------------------- hashing
 
 
+#: Above this many characters a part's text is hashed by itself rather than copied into
+#: one joined buffer (hashlib releases the GIL while it hashes a large buffer).
+_HASH_ALONE = 1 << 16
+
+
 def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
     # one update of the joined fields: the same digest as feeding them one by one
+    if any(len(p.text) > _HASH_ALONE for p in parts):
+        return _digest_of_large(role, parts, name)
     chunks = [role.encode(), b"\x00", (name or "").encode()]
     for p in parts:
         chunks += (
@@ -145,6 +152,26 @@ def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
             b"\x01" if p.is_error else b"\x00",
         )
     return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
+
+
+def _digest_of_large(role: str, parts: Sequence[Part], name: str | None) -> str:
+    """:func:`_digest_of` fed field by field (no copy of a large text into a joined
+    buffer): the same digest."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(role.encode() + b"\x00" + (name or "").encode())
+    for p in parts:
+        h.update(b"\x01" + p.kind.encode() + b"\x00")
+        h.update(p.text.encode("utf-8", "surrogatepass"))
+        h.update(
+            b"\x00"
+            + (p.tool_name or "").encode()
+            + b"\x00"
+            + (p.tool_call_id or "").encode()
+            + b"\x00"
+            + (p.payload_digest or "").encode()
+            + (b"\x01" if p.is_error else b"\x00")
+        )
+    return h.hexdigest()
 
 
 def make_message(role: Role, parts: Iterable[Part], name: str | None = None) -> Message:

@@ -38,6 +38,7 @@ from typing import Literal
 from .markers import NO_MARKERS, Markers, fold
 from .messages import Message, Part, Snapshot
 from .prefix import common_prefix
+from .volatile import stable_system
 
 TransitionKind = Literal["append", "summarize", "truncate", "mask", "edit", "fork", "reset"]
 
@@ -232,7 +233,7 @@ def classify(
     the same message (see :func:`same_reply`).
     """
     old, new = before.digests, after.digests
-    system_changed = before.system != after.system
+    system_changed = before.system != after.system and stable_system(before.system) != stable_system(after.system)
     p = common_prefix(old, new)
 
     # --- append: the fast path, digests only.
@@ -306,6 +307,51 @@ def _gaps(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> lis
     if po < n_old or pn < n_new:
         gaps.append((po, n_old, pn, n_new, "trailing" if blocks else "all"))
     return gaps
+
+
+def _content_key(m: Message) -> tuple[str, str]:
+    return m.role, " ".join(m.text.split())
+
+
+def _only_moved(
+    old_msgs: Sequence[Message], new_msgs: Sequence[Message], lost_idx: set[int], agent: str | None
+) -> str | None:
+    """A reason when no content was lost: every old message that is gone from its place
+    (or changed) is still in the request — with the same role and the same text up to
+    whitespace (re-ordered, re-spaced), or, for a message with no tool call or result, with
+    the same first line and a similar length (re-rendered) — as aider does every turn with
+    its setup messages (the files in the chat as they are now) and its system reminder.
+    Not a compaction (``None`` otherwise, and whenever an agent's compaction marker was
+    seen)."""
+    if not lost_idx or agent is not None:
+        return None
+    present = {_content_key(m) for m in new_msgs}
+    old_keys = {_content_key(m) for m in old_msgs}
+    # a re-rendered twin is a new message: one that was already in the history (another
+    # pasted `I ran this command:` output, say) re-renders nothing
+    fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
+    heads = {_head_key(m) for m in fresh}
+    for i in lost_idx:
+        if not 0 <= i < len(old_msgs):
+            continue
+        m = old_msgs[i]
+        if _content_key(m) in present:
+            continue
+        if m.tool_results or m.tool_calls or _head_key(m) not in heads:
+            return None
+        # a setup message re-rendered with fresh content (aider's "I have *added these
+        # files to the chat*" carries the files as they are now): the same message, still
+        # there — unless it shrank or grew a lot (a summary in its place)
+        twin = next(n for n in fresh if _head_key(n) == _head_key(m))
+        if not 0.5 <= (len(twin.text) + 1) / (len(m.text) + 1) <= 2.0:
+            return None
+    return "request extends the history (messages re-ordered, re-spaced or re-rendered; no content lost)"
+
+
+def _head_key(m: Message) -> tuple[str, str]:
+    """Role and first line of a message (how a re-rendered setup message is recognised)."""
+    first = m.text.strip().split("\n", 1)[0]
+    return m.role, " ".join(first.split())[:120]
 
 
 def _classify_general(
@@ -445,6 +491,9 @@ def _classify_general(
     if not components:
         components.add("append")
     kind = next(k for k in KIND_PRIORITY if k in components)
+    moved = _only_moved(old_msgs, new_msgs, set(lost) | {c.old_index for c in changed}, agent)
+    if kind != "reset" and moved is not None:
+        return _append(len(old_msgs), len(new_msgs), p, system_changed, moved)
     if kind == "reset":
         agent = evidence = None
     return Transition(
@@ -522,6 +571,8 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
     words = markers.summarize_words or ("summarize", "summarise", "summary")
     if not folded_last or not any(w in folded_last for w in words):
         return None
+    if markers.presents_summary(folded_last, "user"):
+        return None  # a compacted history that starts from a summary, not a request for one
     assert last is not None
     if _transcript_lines(last.text, markers.transcript_labels) >= 4:
         return SummarizeRequest(None, "pasted_history", i, True)

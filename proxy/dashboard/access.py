@@ -97,8 +97,12 @@ def check_access(request: web.Request, admin_key: str | None) -> web.StreamRespo
             return None
         return _error(
             403,
-            "The gate dashboard and metrics are served to loopback clients only. "
-            "Configure an admin key to allow remote access.",
+            f"The gate dashboard and metrics are served to loopback clients only, and this "
+            f"request came from {request.remote or 'an unknown address'} (behind `docker run -p`, "
+            "the host's requests arrive from the bridge network). To allow it, set an admin "
+            "key: gate.admin_key in the config file (the Docker image reads "
+            "COMPACTION_GATE_ADMIN_KEY), then send it as the x-gate-admin-key header or "
+            "Authorization: Bearer KEY, or open /gate/?key=KEY once in a browser.",
         )
     header = request.headers.get(ADMIN_HEADER)
     if header is not None and _same(header, admin_key):

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.gate.tracker import Tracker
+from proxy.server.errors import gate_error
 from proxy.state.records import ConversationRecord, GateEvent
 
 __all__ = ["TRACKER_KEY", "add_gate_routes", "conversation_json", "event_json"]
@@ -63,9 +64,8 @@ def _limit(request: web.Request, default: int) -> int:
     try:
         return max(1, min(10_000, int(request.query.get("limit", default))))
     except ValueError:
-        raise web.HTTPBadRequest(
-            text='{"error": "limit must be an integer"}', content_type="application/json"
-        ) from None
+        # rendered as a JSON error by the app's router_errors middleware
+        raise web.HTTPBadRequest(reason="limit must be an integer") from None
 
 
 async def list_conversations(request: web.Request) -> web.Response:
@@ -81,7 +81,7 @@ async def get_conversation(request: web.Request) -> web.Response:
     tracker = request.app[TRACKER_KEY]
     rec = tracker.get(request.match_info["id"])
     if rec is None:
-        return web.json_response({"error": "unknown conversation"}, status=404)
+        return gate_error(404, "unknown conversation", "unknown_conversation")
     return web.json_response(conversation_json(rec, detail=True))
 
 

@@ -12,19 +12,22 @@ sends the bindings itself (the repair is sticky).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.analysis import Analysis, analyze
-from ..core.identifiers.model import redact
+from ..core.diff import SourceRef
+from ..core.identifiers.model import Identifier
 from ..core.interventions.bindings import Binding
 from ..core.interventions.placement import raw_index
 from ..core.interventions.reinject import reinject
 from ..core.interventions.reject import rejection_message
 from ..core.interventions.spill import render_region, spill_note
-from ..core.markers import Markers
+from ..core.markers import Markers, fold
 from ..core.messages import Snapshot
+from ..core.signals import Obligation
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
@@ -50,24 +53,83 @@ class Repair:
     reject: Reject | None = None
 
 
-def analyze_request(req: GateRequest, markers: Markers) -> Analysis | None:
+@dataclass(frozen=True)
+class ProtectedObligations:
+    """The policy's obligation rule, plus one obligation keeping the bindings the gate
+    contracted for the conversation (:attr:`ConversationState.protected`) wherever they
+    now appear — in a summary, or the gate's own appended section (user prose that no
+    rule would otherwise call required)."""
+
+    base: PolicyObligations
+    values: frozenset[str]
+
+    def __call__(self, identifiers: Sequence[Identifier], before: Snapshot) -> Sequence[Obligation]:
+        out = list(self.base(identifiers, before))
+        hits = [i for i in identifiers if i.value in self.values and not i.sensitive]
+        if hits:
+            norms = tuple(dict.fromkeys(i.norm for i in hits))
+            out.append(Obligation("keep_bindings", SourceRef.of(hits[0].source), norms))
+        return out
+
+
+def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | None = None) -> Analysis | None:
     """The analysis of previous → current (``None`` for a conversation's first request)."""
     previous = req.obs.previous
     if previous is None:
         return None
-    return analyze(
-        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=PolicyObligations(req.policy)
-    )
+    base = PolicyObligations(req.policy)
+    rule: ProtectedObligations | PolicyObligations = base
+    if st is not None and st.protected:
+        rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
+    return analyze(previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule)
 
 
 def summary_anchor(analysis: Analysis) -> int | None:
     """The index (in the current snapshot) of the message a note follows: the last summary
-    message, else the last inserted one."""
+    message, else the last inserted one, else the message before the seam — where the
+    lost region used to be — so that a note never lands between leading system messages
+    and the client's own context that the compaction kept (``None``: the seam is the very
+    start)."""
     t = analysis.transition
     if t.summary:
         return max(t.summary)
     if t.inserted:
         return max(t.inserted)
+    lost = analysis.lost_region
+    if not lost:
+        return None
+    first = lost[0]
+    before = [b + size for a, b, size in t.kept if a + size <= first]
+    seam = max(before, default=0)
+    return seam - 1 if seam > 0 else None
+
+
+def summary_part(current: Snapshot, anchor: int | None, markers: Markers) -> str | None:
+    """The text of the part of message ``anchor`` that is the summary: the one that
+    presents a summary (continuation marker, summary opener), else the longest text."""
+    if anchor is None or not 0 <= anchor < len(current.messages):
+        return None
+    texts = [p.text for p in current.messages[anchor].parts if p.kind == "text" and p.text.strip()]
+    if len(texts) <= 1:
+        return texts[0] if texts else None
+    m = current.messages[anchor]
+    for text in texts:
+        if markers.presents_summary(fold(text[:4000]), m.role):
+            return text
+    return max(texts, key=len)
+
+
+def _text_key(text: str | None) -> str | None:
+    return None if text is None else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def part_with_key(current: Snapshot, index: int | None, key: str | None) -> str | None:
+    """The text of the part of message ``index`` whose :func:`_text_key` is ``key``."""
+    if index is None or key is None or not 0 <= index < len(current.messages):
+        return None
+    for p in current.messages[index].parts:
+        if p.kind == "text" and _text_key(p.text) == key:
+            return p.text
     return None
 
 
@@ -86,15 +148,14 @@ def spill_lost_region(
 ) -> str | None:
     """Store the region the compaction removed under a tenant-scoped handle and return the
     note that points the model at it; ``None`` for an anonymous tenant (nobody could read
-    it back). Secrets of the region are redacted before storing, even for their tenant."""
+    it back). The store redacts every secret of the region with the gate's own detectors
+    (the policy's catalog) before storing, even for their tenant: a spill never holds a
+    secret (a required one makes the action ``reject`` instead, see
+    :func:`respond_to_compaction`)."""
     ex, prev, policy = req.ex, req.obs.previous, req.policy
     if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
         return None
-    lost_idx = set(analysis.lost_region)
     text = render_region([prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)])
-    secrets_ = {i.value for i in extract(prev, req.catalog) if i.sensitive and i.source.message_index in lost_idx}
-    for value in sorted(secrets_, key=len, reverse=True):
-        text = text.replace(value, redact(value))
     rec = target.store.put(
         ex.tenant,
         req.cid,
@@ -102,6 +163,7 @@ def spill_lost_region(
         ttl_seconds=policy.spill_ttl_seconds,
         max_bytes=policy.spill_max_bytes,
         bindings=tuple({"value": b.display().strip("`"), "kind": b.kind} for b in bindings),
+        catalog=req.catalog,
     )
     listed = bindings if policy.spill_list_bindings else ()
     return spill_note(rec.handle, listed, url_path=target.path + rec.handle)
@@ -128,7 +190,7 @@ def _visible_secret_norms(req: GateRequest, current: Snapshot) -> frozenset[str]
 
 
 def respond_to_compaction(
-    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget, markers: Markers
 ) -> str:
     """Apply the scoped action to the verdict (see the module docstring); returns the
     request's action so far (``none`` when there is nothing to say)."""
@@ -136,32 +198,36 @@ def respond_to_compaction(
         return "none"
     eff, current = req.effective, req.obs.current
     if analysis.transition.kind == "reset":
-        st.pending, st.armed = None, 0
+        st.pending, st.armed, st.tripwire_request = None, 0, None
     if analysis.destructive:
         bindings = _lost_bindings(req, analysis)
         action = eff.destructive
         secret = any(b.sensitive for b in bindings)
-        if secret and action == "reinject":
-            # a secret cannot be re-injected in clear: spill or refuse, never pass it
-            # silently (PRINCIPLES §4)
-            action = req.policy.required_secret
+        if secret and action in ("reinject", "spill"):
+            # a required secret can be neither re-injected in clear nor spilled (the spill
+            # store redacts secrets): refuse rather than pass it silently (PRINCIPLES §4)
+            action = "reject"
         anchor = summary_anchor(analysis)
         anchor_digest = (
             current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
         )
+        anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
         if action == "spill":
             footer = spill_lost_region(req, analysis, bindings, spill)
             if footer is None:  # anonymous tenant: nobody could read it back
-                action = "reject" if secret else "reinject"
+                action = "reinject"
         # arm the tripwire
         sig = analysis.signals.next_action
         st.armed = req.policy.tripwire_window
         st.dropped_kinds = frozenset(sig.dropped_kinds)
         st.expected = dict(sig.expected_by_kind)
         st.known_norms = set(sig.known_norms)
+        st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
-            st.pending = Pending(action, bindings, anchor_digest, footer)
+            st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part)
+        known = {b.value for b in st.lost}
+        st.lost += [b for b in bindings if b.value not in known]
         req.record(
             "compaction",
             action,
@@ -176,7 +242,9 @@ def respond_to_compaction(
             message=f"{analysis.transition.kind} dropped {len(analysis.required_missing)} required binding(s)",
         )
         return action
-    if analysis.transition.kind != "append":
+    if analysis.transition.kind != "append" and not _still_pending(req, st):
+        # (a request the pending repair still answers — a refused request resent with other
+        # tools, say — is judged by that repair, not logged "safe")
         req.record(
             "compaction",
             "warn" if eff.safe == "warn" else "none",
@@ -192,20 +260,43 @@ def respond_to_compaction(
     return "none"
 
 
+def _still_pending(req: GateRequest, st: ConversationState) -> bool:
+    """Whether the conversation's pending repair still applies to this request (it lacks
+    one of the repair's non-secret bindings)."""
+    p = st.pending
+    if p is None:
+        return False
+    visible = req.obs.current.visible_text()
+    return any(not b.sensitive and b.value not in visible for b in p.bindings)
+
+
 def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str) -> Repair:
     """Apply the conversation's pending repair to this request, if the request still
-    lacks one of its (non-secret) bindings; a request that has them all ends it."""
+    lacks one of its (non-secret) bindings; a request that has them all ends it (and
+    what the conversation lost is forgotten once the client sends it back)."""
+    current, policy = req.obs.current, req.policy
+    visible = current.visible_text()
+    if st.lost:
+        st.lost = [b for b in st.lost if b.sensitive or b.value not in visible]
+        if not [b for b in st.lost if not b.sensitive]:
+            st.lost = []
     p = st.pending
     if p is None:
         return Repair(action)
-    current, policy = req.obs.current, req.policy
-    visible = current.visible_text()
     secrets_back = _visible_secret_norms(req, current) if any(b.sensitive for b in p.bindings) else frozenset()
     still = [b for b in p.bindings if (b.norm not in secrets_back if b.sensitive else b.value not in visible)]
     if not still:
         st.pending = None
         return Repair(action)
     if p.action == "reject":
+        if analysis is None or not analysis.destructive:
+            req.record(
+                "reject_sticky",
+                "reject",
+                required=[b.value for b in still],
+                transition=analysis.transition.kind if analysis is not None else None,
+                message=f"still refused: the history lacks {len(still)} binding(s) an earlier compaction dropped",
+            )
         return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
@@ -214,6 +305,7 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
         req.body,
         still,
         anchor=raw_anchor,
+        after_text=part_with_key(current, anchor, p.anchor_part),
         role=policy.reinject_role,
         budget_tokens=policy.reinject_budget_tokens,
         count_tokens=req.count_tokens,

@@ -19,6 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ..server.errors import gate_error
+
 
 class EventLog:
     def __init__(self, maxlen: int = 5000, clock: Callable[[], float] = time.time) -> None:
@@ -70,7 +72,7 @@ async def list_events(request: web.Request) -> web.Response:
         since = int(q.get("since", "0"))
         limit = max(1, min(1000, int(q.get("limit", "100"))))
     except ValueError:
-        return web.json_response({"error": {"message": "since and limit must be integers"}}, status=400)
+        return gate_error(400, "since and limit must be integers", "invalid_query")
     events = log.list(
         conversation=q.get("conversation"), action=q.get("action"), kind=q.get("kind"), since=since, limit=limit
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from proxy.core.lineage import LineageIndex, line_fingerprints
 from proxy.core.markers import Markers, fold
@@ -26,6 +27,8 @@ _GENERIC_SUMMARY = re.compile(
     rf"\b{_SUMMARY_WORDS}\b.{{0,120}}\b{_HISTORY_WORDS}\b|\b{_HISTORY_WORDS}\b.{{0,120}}\b{_SUMMARY_WORDS}\b", re.S
 )
 _MAX_HINTS = 4096
+#: Responses item types that are never an agent's marker (skipped quickly).
+_COMMON_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
 _MAX_LINES = 50_000
 
 
@@ -55,8 +58,9 @@ class RequestHints:
             if last.role in ("user", "system"):
                 text = last.text
                 folded = fold(text if len(text) <= 20_000 else text[:10_000] + " " + text[-10_000:])
-                found = self._markers().summarize_request_agent(folded, last.role)
-                if found is None:
+                markers = self._markers()
+                found = markers.summarize_request_agent(folded, last.role)
+                if found is None and not markers.presents_summary(folded, last.role):
                     head = folded if len(folded) <= 4000 else folded[:1500] + " " + folded[-1500:]
                     if _GENERIC_SUMMARY.search(head):
                         found = "generic"
@@ -69,6 +73,39 @@ class RequestHints:
                 found = self._markers().summarize_request_agent(fold(snap.system[:20_000]), "system")
                 self._remember(key, found)
         return found
+
+    def request_agent(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+        """Agent whose summarization marker the request carries outside its messages: the
+        type of a Responses request's last input item (``compaction_trigger``: a
+        server-side compaction), or a header value (Codex's turn metadata)."""
+        markers = self._markers()
+        raw = body.get("input")
+        last = raw[-1] if isinstance(raw, list) and raw else None
+        if isinstance(last, Mapping) and isinstance(last.get("type"), str):
+            found = markers.item_agent("summarize_request", last["type"])
+            if found is not None:
+                return found
+        if markers.matches_headers():
+            for value in headers.values():
+                if len(value) <= 8192:
+                    found = markers.summarize_request_agent(fold(value), "header")
+                    if found is not None:
+                        return found
+        return None
+
+    def continued_by_item(self, body: Mapping[str, Any]) -> str | None:
+        """Agent whose post-compaction marker is an input item of a Responses request (the
+        encrypted ``compaction`` item a server-side compaction left in the history)."""
+        markers = self._markers()
+        types = markers.item_types("continuation")
+        raw = body.get("input")
+        if not types or not isinstance(raw, list):
+            return None
+        for item in raw:
+            t = item.get("type") if isinstance(item, Mapping) else None
+            if isinstance(t, str) and t not in _COMMON_ITEMS and fold(t) in types:
+                return markers.item_agent("continuation", t)
+        return None
 
     def continuation_agent(self, snap: Snapshot) -> str | None:
         """Agent whose post-compaction marker one of the first three messages carries."""

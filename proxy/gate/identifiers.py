@@ -35,6 +35,7 @@ def lost_binding(policy: Policy, b: LostBinding) -> Binding:
         priority=policy.priority(b.kind, regen),
         status=b.status,
         norm=b.norm,
+        line=b.context,
     )
 
 
@@ -54,6 +55,14 @@ def required_in(policy: Policy, snap: Snapshot, catalog: Catalog | None) -> list
         seen.add(i.norm)
         regen = rule.regenerable(i)
         out.append(
-            Binding(i.value, i.kind, SourceRef.of(i.source).describe(), regen, False, policy.priority(i.kind, regen))
+            Binding(
+                i.value,
+                i.kind,
+                SourceRef.of(i.source).describe(),
+                regen,
+                False,
+                policy.priority(i.kind, regen),
+                line=i.context,
+            )
         )
     return out

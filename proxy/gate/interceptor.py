@@ -30,6 +30,8 @@ sensitive values are redacted.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -48,7 +50,7 @@ from .events import EventLog
 from .recording import DecisionRecorder
 from .request import GATED_KINDS, GateRequest
 from .spill import SpillStore
-from .summarization import gate_summary, history_for_side_request
+from .summarization import history_for_side_request, summarization_call
 from .taps import ChainTap
 from .tracker import Observation, Tracker
 from .tripwire import arm_tripwire
@@ -60,14 +62,23 @@ log = logging.getLogger("compaction_gate.gate")
 
 def default_token_counter() -> TokenCounter:
     """cl100k token counts, or the documented estimate when the tokenizer files are
-    missing (offline)."""
-    try:
-        from ..tokenizer import get_encoding
+    missing (offline). The encoding loads on first use (the tracker's start-up preload
+    has normally loaded it by then), not when the gate is built."""
+    count: TokenCounter | None = None
 
-        enc = get_encoding("cl100k_base")
-        return lambda text: len(enc.encode(text, disallowed_special=()))
-    except Exception:  # noqa: BLE001 - offline files missing: fall back to the documented estimate
-        return estimate_tokens
+    def counter(text: str) -> int:
+        nonlocal count
+        if count is None:
+            try:
+                from ..tokenizer import get_encoding
+
+                enc = get_encoding("cl100k_base")
+                count = lambda t: len(enc.encode(t, disallowed_special=()))
+            except Exception:  # noqa: BLE001 - offline files missing: fall back to the documented estimate
+                count = estimate_tokens
+        return count(text)
+
+    return counter
 
 
 @dataclass(frozen=True)
@@ -97,8 +108,13 @@ class GateInterceptor:
         self.spill = spill if spill is not None else SpillStore()  # an empty store is falsy (len)
         self.config = config or GateConfig()
         self._count = token_counter or default_token_counter()
-        self._states = ConversationStates(self.config.max_conversations)
+        self._states = ConversationStates(
+            self.config.max_conversations, load=tracker.gate_state, save=tracker.save_gate_state
+        )
         self._markers: dict[str, Markers] = {}
+        #: Start-up work the first requests wait for (the catalogue; see
+        #: :func:`proxy.gate.wiring.install_gate`), ``None`` when there is none.
+        self.warming: asyncio.Future[None] | None = None
         self._recorder = DecisionRecorder(
             events if events is not None else EventLog(),
             tracker,
@@ -128,6 +144,9 @@ class GateInterceptor:
     # ------------------------------------------------------------------ entry point
 
     async def before(self, ex: Exchange) -> Decision:
+        if self.warming is not None and not self.warming.done():
+            with contextlib.suppress(Exception):  # a failed warm-up builds lazily instead
+                await asyncio.shield(self.warming)
         try:
             obs = await self.tracker.observe(ex, defer_accounting=True)
         except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
@@ -222,14 +241,17 @@ class GateInterceptor:
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)
         if obs.is_summarization_request:
-            return gate_summary(req, side_history)
-        analysis = analyze_request(req, markers)
+            decision = summarization_call(req, st, side_history)
+            self._states.save(req.cid)
+            return decision
+        analysis = analyze_request(req, markers, st)
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)
-        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path))
+        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path), markers)
         fixed = repair(req, st, analysis, action)
         tap = arm_tripwire(req, st)
+        self._states.save(req.cid)
         body = json.dumps(fixed.body, ensure_ascii=False).encode() if fixed.body is not None else None
         return Decision(
             action=fixed.action, body=body if fixed.reject is None else None, reject=fixed.reject, headers={}, tap=tap

@@ -34,6 +34,7 @@ from proxy.core.messages import (
     openai_responses_tail,
     tools_text,
 )
+from proxy.core.volatile import stable_system
 
 __all__ = ["IncrementalNormalizer", "Normalized", "text_hash"]
 
@@ -120,7 +121,7 @@ class IncrementalNormalizer:
         snap = from_body(api, body)
         return Normalized(
             snap,
-            text_hash(snap.system),
+            text_hash(stable_system(snap.system)),
             text_hash(tools_text(snap.tools)),
             0,
         )

@@ -14,7 +14,10 @@
   so a handle given to an agent still resolves after a restart, until it expires. The
   in-memory store (``path=None``) loses them on restart. Spills are rare (a destructive
   compaction under a ``spill`` policy), so the write is made at once, in the request.
-- Secrets found in the region are redacted before it is stored.
+- Secrets found in the region are redacted before it is stored, in memory and on disk,
+  with the gate's own detectors (:func:`proxy.core.redaction.redact_secrets`, with the
+  policy's catalog when given): whatever the gate treats as a secret is never served
+  back, capability handles (lock tokens, upload ids) are.
 
 Not done: the optional ``recall_context`` tool (the proxy advertising a tool and resolving
 its calls itself, re-calling upstream) is not implemented. The spill note tells the model
@@ -38,6 +41,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ..core.identifiers.catalog import Catalog
+from ..core.redaction import redact_secrets
+from ..server.errors import gate_error
 from ..server.headers import credential, tenant_of
 
 ANONYMOUS = "anonymous"
@@ -125,7 +131,9 @@ class SpillStore:
         ttl_seconds: int,
         max_bytes: int,
         bindings: tuple[dict[str, Any], ...] = (),
+        catalog: Catalog | None = None,
     ) -> SpillRecord:
+        text = redact_secrets(text, catalog)
         raw = text.encode("utf-8", "surrogatepass")
         truncated = len(raw) > max_bytes
         if truncated:
@@ -224,7 +232,7 @@ SPILL_STORE_KEY: web.AppKey[SpillStore] = web.AppKey("compaction_gate.spill_stor
 
 
 def _not_found() -> web.Response:
-    return web.json_response({"error": {"message": "no such spill handle", "type": "not_found"}}, status=404)
+    return gate_error(404, "no such spill handle", "not_found")
 
 
 async def get_spill(request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ from ..core.interventions.bindings import Binding
 from ..core.interventions.summary import (
     SummaryApi,
     SummaryStreamPatcher,
+    message_item_text,
     missing_bindings,
     patch_summary_json,
     response_text,
@@ -181,6 +182,8 @@ class GateTap:
         elif self.api == "responses":
             if obj.get("type") == "response.output_text.delta":
                 self._text.append(str(obj.get("delta", "")))
+            elif obj.get("type") == "response.output_item.done" and not self._text and isinstance(obj.get("item"), dict):
+                self._text.append(message_item_text(obj["item"]))  # a stream without text deltas
         elif obj.get("type") == "content_block_delta" and (obj.get("delta") or {}).get("type") == "text_delta":
             self._text.append(str(obj["delta"].get("text", "")))
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import json
 import logging
 import secrets
@@ -57,6 +58,7 @@ from proxy.core.lineage import (
 )
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot, ToolDef
+from proxy.core.redaction import has_secret
 from proxy.core.responses import Reply
 from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.identity import ExplicitId, explicit_id
@@ -185,6 +187,9 @@ class Tracker:
         #: bookkeeping waiting for a quiet event loop (see :meth:`later`)
         self._later: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
         self._started = False
+        #: The tokenizer/markers preload started by :meth:`start` (awaited by the first
+        #: requests instead of by the start-up, so the server listens at once).
+        self._preloaded: asyncio.Future[Any] | None = None
 
     @property
     def markers(self) -> Markers:
@@ -197,13 +202,13 @@ class Tracker:
     async def start(self) -> None:
         """Open the store and load every stored conversation into the index (history
         digests only; message contents are loaded lazily). Loads the tokenizers (so the
-        first request does not) and starts importing litellm (model windows) in a daemon
-        thread, which never delays shutdown."""
+        first request does not). litellm is not imported here: model windows come from
+        its model map read as data, and only a model that needs one of litellm's own
+        tokenizers imports it (:meth:`TokenAccounting.warm`, in a daemon thread)."""
         if self._started:
             return
         self._started = True
-        preload = _in_daemon_thread(self._preload)
-        _in_daemon_thread(self.accounting.preload_litellm)
+        self._preloaded = _in_daemon_thread(self._preload)
         await self.store.open()
         recs = await self.store.load(self.config.max_timeline)
         recs.sort(key=lambda r: r.last_seen)
@@ -211,7 +216,15 @@ class Tracker:
             self._recs[rec.id] = rec
             self.index.upsert(self._history(rec))
         self._evict(self.clock())
-        await preload
+
+    async def ready(self) -> None:
+        """Wait for the start-up preload (tokenizers, markers) unless it is done: a request
+        arriving in the first second waits for it rather than loading the same files on
+        the event loop. Never raises (a failed preload loads lazily instead)."""
+        fut = self._preloaded
+        if fut is not None and not fut.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(fut)
 
     def _preload(self) -> None:
         """What the first request would otherwise load: tokenizers, agent markers."""
@@ -283,6 +296,19 @@ class Tracker:
         self.store.save_conversation(rec)
         return ev
 
+    def gate_state(self, conversation_id: str) -> dict[str, Any] | None:
+        """The gate's stored state of a conversation (see :mod:`proxy.gate.convstate`)."""
+        rec = self._recs.get(conversation_id)
+        return rec.gate_state if rec is not None else None
+
+    def save_gate_state(self, conversation_id: str, state: dict[str, Any] | None) -> None:
+        """Store the gate's state of a conversation with its record (written through)."""
+        rec = self._recs.get(conversation_id)
+        if rec is None:
+            return
+        rec.gate_state = state
+        self.store.save_conversation(rec)
+
     def set_transition(self, conversation_id: str, seq: int, transition: str) -> None:
         """Refine the transition kind of one timeline entry (e.g. ``summarize``,
         ``truncate``, ``mask``) once the policy layer classified it."""
@@ -310,6 +336,7 @@ class Tracker:
         always counted at once."""
         if not self.tracks(ex):
             return None
+        await self.ready()
         self._later.drain()  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
@@ -323,7 +350,7 @@ class Tracker:
         snap = norm.snapshot
         model = ex.model or snap.model
         self._ensure_warm(model)
-        agent = self.hints.summarization_agent(snap)
+        agent = self.hints.summarization_agent(snap) or self.hints.request_agent(ex.headers, body)
         lines = self.lines.probe(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
         if lines:
             self.settle_all()  # line matching sees every recorded request's lines
@@ -334,7 +361,7 @@ class Tracker:
             agent is not None,
             lines,
             explicit is not None,
-            self.hints.continuation_agent(snap) is not None,
+            self.hints.continuation_agent(snap) is not None or self.hints.continued_by_item(body) is not None,
             norm.reused_from,
             norm.reused,
         )
@@ -445,6 +472,10 @@ class Tracker:
         pending = PendingCount(
             entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
         )
+        if self.accounting.needs_precount(new_msgs):
+            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
+            # the event loop; a settle that comes first estimates them (and says so)
+            _in_daemon_thread(self.accounting.precount, model, new_msgs)
         if defer:
             self._pending[cid] = pending
         else:
@@ -500,6 +531,9 @@ class Tracker:
                 entry.usage = reply.usage.as_dict() if reply.usage else None
                 entry.reply_messages = len(msgs)
                 entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
+                if entry.reply_estimated:
+                    _in_daemon_thread(self.accounting.precount, obs.model, msgs)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self.store.put_timeline(rec.id, entry)
@@ -550,6 +584,10 @@ class Tracker:
                 if cid not in self._recs:
                     return cid
         base = explicit.value
+        if has_secret(base):
+            # a session header carrying something secret-shaped: the conversation id is
+            # shown in headers, logs and the dashboard, so it is derived, not the value
+            base = "sid_" + hashlib.sha256(base.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         if base not in self._recs:
             return base
         k = 2
@@ -601,6 +639,7 @@ class Tracker:
         tokens = cum[-1] + self.accounting.framing_tokens(p.model, p.snapshot, p.system_hash, p.tools_hash)
         entry = p.entry
         entry.tokens, entry.window, entry.exact = tokens, info.window, info.exact
+        entry.estimated = self.accounting.any_estimated(p.model, p.snapshot.messages)
         entry.share = share_of(tokens, info.window)
         if entry.relation != "side_request" and rec.seq == entry.seq:
             rec.tokens, rec.window, rec.exact = tokens, info.window, info.exact
@@ -680,6 +719,13 @@ def _finish_background() -> None:
 
 
 atexit.register(_finish_background)
+
+
+def background_busy() -> bool:
+    """Whether a background load (tokenizers, litellm) is still running: a process that
+    wants to exit at once (``serve`` after its shutdown) leaves with ``os._exit`` rather
+    than wait for it in :func:`_finish_background`."""
+    return any(t.is_alive() for t in list(_BACKGROUND))
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

@@ -9,6 +9,7 @@ is recorded as ``reject``, ``annotate`` and ``warn`` as ``warn``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -29,13 +30,29 @@ log = logging.getLogger("compaction_gate.gate")
 _RECORDED_ACTION = {"block": "reject", "annotate": "warn", "warn": "warn"}
 
 
+def request_fingerprint(snap: Snapshot) -> str:
+    """Identifies a request's history: a retry (the same request sent again) has the same."""
+    h = hashlib.sha256(snap.system.encode("utf-8", "surrogatepass"))
+    for m in snap.messages:
+        h.update(m.digest.encode())
+    return h.hexdigest()[:32]
+
+
 def arm_tripwire(req: GateRequest, st: ConversationState) -> GateTap | None:
     """The tripwire tap for this request's response while the conversation's tripwire
-    is armed (and the scoped action is not ``off``); consumes one armed response."""
+    is armed (and the scoped action is not ``off``); consumes one armed response. A retry
+    of the request it last checked is checked again without consuming one: clients retry
+    a response they did not like (or never got), and each retry must meet the same
+    tripwire rather than wear the window out until an invented value passes."""
     action = req.effective.tripwire
-    if st.armed <= 0 or action == "off" or not st.dropped_kinds:
+    if action == "off" or not st.dropped_kinds:
         return None
-    st.armed -= 1
+    fp = request_fingerprint(req.obs.current)
+    if fp != st.tripwire_request:
+        if st.armed <= 0:
+            return None
+        st.armed -= 1
+        st.tripwire_request = fp
     return tripwire_tap(req, action, st)
 
 

@@ -68,8 +68,9 @@ def install_gate(
         if watch:
             gate.policies.start(interval=interval)
         # Compile the policy's identifier catalogue now, off the event loop, rather than
-        # on the first request (it is cached per policy object afterwards).
-        await asyncio.get_running_loop().run_in_executor(None, policy_catalog, gate.policies.policy)
+        # on the first request (it is cached per policy object afterwards). Not awaited:
+        # the server listens at once; a request arriving before it is done waits for it.
+        gate.warming = asyncio.get_running_loop().run_in_executor(None, warm_catalog, gate.policies.policy)
         yield
         await gate.policies.stop()
         gate.spill.close()
@@ -77,6 +78,15 @@ def install_gate(
             await gate.tracker.close()
 
     app.cleanup_ctx.append(lifecycle)
+
+
+def warm_catalog(policy: Any) -> None:
+    """Build what the first analysis would otherwise build: the policy's catalogue, or
+    the built-in one it falls back to."""
+    if policy_catalog(policy) is None:
+        from ..core.identifiers.catalog import Catalog
+
+        Catalog.load_default()
 
 
 def build_tracker(config: Any) -> Any:
@@ -87,7 +97,7 @@ def build_tracker(config: Any) -> Any:
     if state.backend == "sqlite":
         from ..state.sqlite import SQLiteStore
 
-        store: Any = SQLiteStore(state.path)
+        store: Any = SQLiteStore(state.file)
     else:
         store = MemoryStore()
     return Tracker(store, TrackerConfig(ttl_seconds=float(state.ttl_seconds), max_conversations=state.max_conversations))
@@ -97,7 +107,7 @@ def spill_path(config: Any) -> Path | None:
     """Where spilled regions are kept: beside the SQLite state (``state.sqlite3`` →
     ``state.spill.sqlite3``); ``None`` (memory only) with the memory backend."""
     state = config.state
-    return Path(state.path).with_suffix(".spill.sqlite3") if state.backend == "sqlite" else None
+    return state.file.with_suffix(".spill.sqlite3") if state.backend == "sqlite" else None
 
 
 def build_gate(config: Any, *, tracker: Any | None = None) -> GateInterceptor:

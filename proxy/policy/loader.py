@@ -193,7 +193,6 @@ def compile_policy(spec: PolicySpec, *, source: str, default_name: str = "policy
         ),
         destructive=spec.actions.destructive,
         safe=spec.actions.safe,
-        required_secret=spec.actions.required_secret,
         scopes=tuple(
             Scope(
                 match=_match(s.match),
@@ -205,6 +204,7 @@ def compile_policy(spec: PolicySpec, *, source: str, default_name: str = "policy
             )
             for s in spec.actions.scopes
         ),
+        client_scopes=spec.actions.client_scopes,
         reinject_role=spec.reinject.role,
         reinject_budget_tokens=spec.reinject.budget_tokens,
         reinject_include_regenerable=spec.reinject.include_regenerable,

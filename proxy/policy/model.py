@@ -51,6 +51,25 @@ class Match:
         return all(_glob(pattern, ctx.headers.get(name)) for name, pattern in self.headers)
 
 
+#: How much each action protects, per field (higher is stricter). The principle: an
+#: action that changes nothing (allow) < one that only records (warn) < one that repairs
+#: the request so the model sees the bindings (reinject, or spill: the region kept for
+#: the model to fetch) < one that refuses the request outright (reject). For the
+#: tripwire: off < warn < annotate (the model is told) < block. The summarization gate
+#: on is stricter than off.
+PROTECTION_ORDER: Mapping[str, Mapping[str, int]] = {
+    "destructive": {"allow": 0, "warn": 1, "reinject": 2, "spill": 2, "reject": 3},
+    "safe": {"allow": 0, "warn": 1},
+    "tripwire": {"off": 0, "warn": 1, "annotate": 2, "block": 3},
+}
+
+
+def _stricter(field_name: str, chosen: str, floor: str) -> str:
+    """``chosen`` unless it protects less than ``floor``."""
+    order = PROTECTION_ORDER[field_name]
+    return chosen if order[chosen] >= order[floor] else floor
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     match: Match
@@ -137,9 +156,8 @@ class Policy:
     # actions
     destructive: Action = "reinject"
     safe: SafeAction = "allow"
-    #: What replaces ``reinject`` when a required binding is a secret.
-    required_secret: Literal["reject", "spill"] = "reject"
     scopes: tuple[Scope, ...] = ()
+    client_scopes: Literal["stricter_only", "any"] = "stricter_only"
     # interventions
     reinject_role: NoteRole = "user"
     reinject_budget_tokens: int = 1000
@@ -160,13 +178,28 @@ class Policy:
 
     def effective(self, ctx: RequestContext) -> Effective:
         """Actions for one request: for each field, the first matching scope that sets it,
-        else the policy-wide value."""
+        else the policy-wide value. With ``client_scopes: stricter_only`` (the default) a
+        scope matched on request headers — which any client can send — can only make a
+        field stricter than it is without such scopes (:data:`PROTECTION_ORDER`)."""
+        full = self._effective(ctx, self.scopes)
+        if self.client_scopes == "any" or not any(s.match.headers for s in self.scopes):
+            return full
+        base = self._effective(ctx, tuple(s for s in self.scopes if not s.match.headers))
+        return Effective(
+            destructive=_stricter("destructive", full.destructive, base.destructive),  # type: ignore[arg-type]
+            safe=_stricter("safe", full.safe, base.safe),  # type: ignore[arg-type]
+            tripwire=_stricter("tripwire", full.tripwire, base.tripwire),  # type: ignore[arg-type]
+            gate=full.gate or base.gate,
+            scopes=full.scopes,
+        )
+
+    def _effective(self, ctx: RequestContext, scopes: tuple[Scope, ...]) -> Effective:
         destructive: Action | None = None
         safe: SafeAction | None = None
         trip: TripwireAction | None = None
         gate: bool | None = None
         names: list[str] = []
-        for s in self.scopes:
+        for s in scopes:
             if not s.match.matches(ctx):
                 continue
             names.append(s.name or "<unnamed scope>")

@@ -176,12 +176,12 @@ class ActionsSpec:
     destructive: Action = "reinject"
     #: Action when it did not.
     safe: SafeAction = "allow"
-    #: A required binding that is a secret cannot be re-injected in clear: refuse the
-    #: request (``reject``) or spill the lost region under the tenant's handle (``spill``)
-    #: instead of re-injecting (PRINCIPLES §4: the repair never passes it silently).
-    required_secret: Literal["reject", "spill"] = "reject"
     #: Overrides by model/route/tenant/header; the first matching scope wins per field.
     scopes: tuple[ScopeSpec, ...] = ()
+    #: What a scope matched on request headers (which any client can send) may do:
+    #: ``stricter_only`` — only move an action up the protection order (see
+    #: :data:`proxy.policy.model.PROTECTION_ORDER`), never down; ``any`` — anything.
+    client_scopes: Literal["stricter_only", "any"] = "stricter_only"
 
 
 # --------------------------------------------------------------------------- interventions

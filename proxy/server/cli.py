@@ -3,58 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import logging
 import os
 import sys
+from typing import TextIO
 
-from proxy.config import CONFIG_ENV_VAR, ConfigError, Overrides, apply_overrides, load_config
+from proxy import __version__
+from proxy.config import ConfigError, ProxyConfig
+from proxy.serve_args import add_arguments, effective_config
 from proxy.server.logs import configure_logging
-from proxy.server.runner import AppFactory, serve
+from proxy.server.runner import AppFactory, RunningServer, serve
 
-__all__ = ["APP_FACTORY", "add_arguments", "load_app_factory", "run"]
+__all__ = ["APP_FACTORY", "add_arguments", "banner", "load_app_factory", "run"]
 
 #: ``module:function`` building the served app from a ProxyConfig. The gate's
 #: assembly replaces this with its own factory (one line) when it is wired in.
 APP_FACTORY = "proxy.gate.wiring:create_gate_app"
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range: {value}")
-    return value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare ``serve`` flags; each overrides the config file."""
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get(CONFIG_ENV_VAR),
-        help=f"YAML config file (default: ${CONFIG_ENV_VAR}, else embedded defaults)",
-    )
-    parser.add_argument("--host", metavar="H", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", metavar="P", type=_port, help="listen port (default 8788)")
-    parser.add_argument(
-        "--upstream",
-        metavar="URL",
-        help="send every request to this provider base URL, e.g. https://api.openai.com/v1 "
-        "or https://api.anthropic.com (replaces the configured upstreams)",
-    )
-    parser.add_argument("--policy", metavar="NAME|FILE", help="policy preset name or policy file")
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the proxy until interrupted. Returns 2 on configuration errors."""
     try:
-        config = load_config(args.config)
-        config = apply_overrides(
-            config,
-            Overrides(host=args.host, port=args.port, upstream=args.upstream, policy=args.policy),
-        )
+        config = effective_config(args)
     except ConfigError as exc:
         print(f"compaction-gate: configuration error:\n{exc}", file=sys.stderr)
         return 2
@@ -67,8 +39,58 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"compaction-gate: configuration error:\n{exc}", file=sys.stderr)
         return 2
-    serve(config, app=app)
+    try:
+        serve(config, app=app, on_listening=lambda server: print_banner(config, server))
+    except OSError as exc:  # binding the socket: a busy port, a bad address, no permission
+        print(f"compaction-gate: cannot listen on {config.server.host}:{config.server.port}: {_reason(exc)}", file=sys.stderr)
+        return 1
+    _exit_without_waiting()
     return 0
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return "the address is already in use (another process listens there; pick another with --port)"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges; pick another with --port)"
+    return exc.strerror or str(exc)
+
+
+def _exit_without_waiting() -> None:
+    """The server has shut down (stores closed). A background load still running (a
+    tokenizer, litellm for a non-OpenAI model) would hold the exit for seconds in the
+    interpreter's teardown: leave at once instead."""
+    tracker = sys.modules.get("proxy.gate.tracker")
+    if tracker is not None and tracker.background_busy():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def banner(config: ProxyConfig, server: RunningServer) -> str:
+    """What ``serve`` prints on stdout once it listens: where, the base URLs to give each
+    kind of client, the policy and where the state lives (logs stay JSON on stderr)."""
+    host = server.host
+    wildcard = host in ("0.0.0.0", "::", "")
+    origin = f"http://{'127.0.0.1' if wildcard else (f'[{host}]' if ':' in host else host)}:{server.port}"
+    where = f"{origin} (all interfaces)" if wildcard else origin
+    state = config.state
+    stored = f"sqlite at {state.file}" if state.backend == "sqlite" else "memory (lost on exit)"
+    access = "admin key required" if config.gate.admin_key else "loopback clients only; set gate.admin_key to allow others"
+    return (
+        f"compaction-gate {__version__} listening on {where}\n"
+        f"  OpenAI-style clients:    base URL {origin}/v1\n"
+        f"  Anthropic-style clients: base URL {origin}\n"
+        f"  policy: {config.policy}    state: {stored}\n"
+        f"  dashboard: {origin}/gate/ ({access})\n"
+    )
+
+
+def print_banner(config: ProxyConfig, server: RunningServer, out: TextIO | None = None) -> None:
+    stream = out or sys.stdout
+    stream.write(banner(config, server))
+    stream.flush()
 
 
 def load_app_factory(spec: str) -> AppFactory:

@@ -14,7 +14,10 @@ from aiohttp import web
 
 from proxy.server.hooks import DialectName
 
-__all__ = ["ProxyError", "error_body", "error_response", "sse_error_event"]
+__all__ = ["H_ERROR", "ProxyError", "error_body", "error_response", "gate_error", "sse_error_event"]
+
+#: Header on every error response the proxy produced itself (its value: the error code).
+H_ERROR = "x-compaction-gate-error"
 
 # Anthropic's documented error types by status.
 _ANTHROPIC_TYPES = {
@@ -90,17 +93,25 @@ def error_body(dialect: DialectName, err: ProxyError) -> bytes:
 def error_response(
     dialect: DialectName, err: ProxyError, headers: Mapping[str, str] | None = None
 ) -> web.Response:
-    """A complete JSON error response (``x-should-retry`` set when known)."""
+    """A complete JSON error response (``x-should-retry`` set when known). It carries
+    ``x-compaction-gate-error: <code>``: the proxy itself answered, not upstream."""
     resp = web.Response(
         status=err.status,
         body=error_body(dialect, err),
         content_type="application/json",
     )
+    resp.headers[H_ERROR] = err.code
     if err.retryable is not None:
         resp.headers["x-should-retry"] = "true" if err.retryable else "false"
     if headers:
         resp.headers.update(headers)
     return resp
+
+
+def gate_error(status: int, message: str, code: str) -> web.Response:
+    """An error of the gate's own API (``/gate/…``): ``{"error": {...}}``, like every
+    other error of the proxy."""
+    return error_response("openai", ProxyError(status, message, code=code))
 
 
 def sse_error_event(dialect: DialectName, err: ProxyError) -> bytes:

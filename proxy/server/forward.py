@@ -12,18 +12,17 @@ the tap sees plain JSON / SSE.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import secrets
 import time
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
-from proxy.config import ProxyConfig, Upstream
+from proxy.config import Upstream
 from proxy.core.jsonbody import BodyCache
 from proxy.metrics import METRICS_KEY
+from proxy.server.decide import decide
 from proxy.server.deferred import AfterSend, merge
 from proxy.server.errors import ProxyError
 from proxy.server.headers import (
@@ -32,17 +31,20 @@ from proxy.server.headers import (
     tenant_of,
     upstream_headers,
 )
-from proxy.server.hooks import Decision, DialectName, Exchange, Interceptor, Reject
+from proxy.server.hooks import Decision, DialectName, Exchange, Reject
+from proxy.server.inflight import INFLIGHT_KEY
 from proxy.server.record import (
     UNKNOWN_CONVERSATION,
     RequestRecord,
     close_tap,
     log_gate_failure,
+    new_request_id,
     respond_error,
+    shutdown_error,
     upstream_failure,
 )
 from proxy.server.relay import relay
-from proxy.server.routes import Route, classify
+from proxy.server.routes import Route, classify, route_template
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
 from proxy.server.websocket import is_websocket, relay_websocket
@@ -55,10 +57,6 @@ __all__ = ["BODY_CACHE", "proxy_handler"]
 #: from the event loop.
 BODY_CACHE = BodyCache()
 
-#: Request ids: a random per-process prefix and a counter (unique like a uuid4's hex, 32
-#: hex digits, without a system call per request).
-_ID_PREFIX = secrets.token_hex(10)
-_ID_COUNTER = itertools.count(1)
 _JSON_MIME_SUFFIX = "+json"
 
 
@@ -67,36 +65,93 @@ def _is_json_mime(content_type: str) -> bool:
     return mime == "application/json" or mime.endswith(_JSON_MIME_SUFFIX)
 
 
+#: Content-Encodings of request bodies that aiohttp's parser decodes (streaming, so the
+#: decoded size is what ``max_body_bytes`` bounds: a zip bomb is a 413).
+DECODED_ENCODINGS = frozenset({"gzip", "x-gzip", "deflate", "br"})
+
+
+class _BadBody(Exception):
+    """The request body could not be read as sent (its encoding, its framing)."""
+
+
 async def _read_body(request: web.Request, limit: int) -> bytes | None:
-    """Read the whole request body; ``None`` if it exceeds ``limit`` bytes."""
+    """Read the whole request body, decoded from its Content-Encoding by aiohttp;
+    ``None`` if it (decoded) exceeds ``limit`` bytes; :class:`_BadBody` if it cannot be
+    decoded or is cut short."""
     declared = request.content_length
     if declared is not None and declared > limit:
         return None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
+    try:
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except (web.RequestPayloadError, http_exceptions.HttpProcessingError) as exc:
+        raise _BadBody(type(exc).__name__) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
+
+
+def new_record(request: web.Request) -> RequestRecord:
+    """The bookkeeping of one request, with a fresh request id and its route template."""
+    return RequestRecord(request_id=new_request_id(), method=request.method, route=route_template(request.path))
+
+
+def _content_encoding(request: web.Request) -> tuple[str, ProxyError | None]:
+    """The request body's Content-Encoding and, when it is one this proxy cannot decode
+    (so it could neither inspect nor safely forward the body), the 415 saying so."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity") or encoding in DECODED_ENCODINGS:
+        return encoding, None
+    return encoding, ProxyError(
+        415,
+        f"Unsupported request Content-Encoding {encoding[:40]!r}: this proxy decodes gzip, "
+        "deflate and br (one encoding, not a list); send one of those or identity.",
+        code="unsupported_content_encoding",
+    )
+
+
+def _undecodable_header(headers: Any) -> str | None:
+    """The name of a header whose value is not UTF-8 (it could be neither hashed into
+    a tenant nor forwarded), if any."""
+    for name, value in headers.items():
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return str(name)
+    return None
 
 
 async def proxy_handler(request: web.Request) -> web.StreamResponse:
     """Handle one ``/v1/...`` request end to end (see module docstring)."""
-    rec = RequestRecord(
-        request_id=f"{_ID_PREFIX}{next(_ID_COUNTER):012x}", method=request.method, route=request.path
-    )
+    rec = new_record(request)
+    inflight = request.app.get(INFLIGHT_KEY)
+    rec.slot = inflight.enter() if inflight is not None else None
     try:
         return await _handle(request, rec)
     except asyncio.CancelledError:
+        if rec.slot is not None and rec.slot.cut and rec.upstream_status is None and _uncancel():
+            # the shutdown grace period is over and nothing was sent yet
+            return respond_error(rec, rec.dialect, shutdown_error())  # type: ignore[arg-type]
         rec.error = rec.error or "client_disconnected"
         rec.status = rec.status or 499
         raise
     finally:
+        if inflight is not None and rec.slot is not None:
+            inflight.leave(rec.slot)
         # The access line and the metrics once the response is on its way: aiohttp
         # writes a returned response in this same loop step, before this callback runs.
         asyncio.get_running_loop().call_soon(_after_response, request.app, rec)
+
+
+def _uncancel() -> bool:
+    """Withdraw the cancellation of the current task (the shutdown's, which this task
+    answers itself); False if someone else cancelled it too."""
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
 
 
 def _after_response(app: web.Application, rec: RequestRecord) -> None:
@@ -113,6 +168,13 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
     config = app[CONFIG_KEY]
     route = classify(request.method, request.path, request.headers)
     rec.kind, rec.dialect = route.kind, route.dialect
+    bad_header = _undecodable_header(request.headers)
+    if bad_header is not None:
+        return respond_error(
+            rec,
+            route.dialect,
+            ProxyError(400, f"Header {bad_header[:64]!r} is not valid UTF-8.", code="invalid_header"),
+        )
     secret = credential(request.headers)
     rec.tenant = tenant_of(secret)
     if is_websocket(request):
@@ -120,7 +182,18 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
         return await relay_websocket(request, rec, route)
 
     limit = config.server.max_body_bytes
-    body = await _read_body(request, limit)
+    encoding, refused = _content_encoding(request)
+    if refused is not None:
+        return respond_error(rec, route.dialect, refused)
+    try:
+        body = await _read_body(request, limit)
+    except _BadBody as exc:
+        how = f"its Content-Encoding {encoding!r}" if encoding not in ("", "identity") else "its framing"
+        return respond_error(
+            rec,
+            route.dialect,
+            ProxyError(400, f"The request body could not be read: {how} is broken ({exc}).", code="invalid_body"),
+        )
     if body is None:
         return respond_error(
             rec,
@@ -128,7 +201,7 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
             ProxyError(
                 413,
                 f"Request body is larger than this proxy's limit of {limit} bytes "
-                "(server.max_body_bytes).",
+                "(server.max_body_bytes; decoded size when compressed).",
                 code="request_too_large",
             ),
         )
@@ -154,7 +227,7 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
     )
     rec.stream, rec.model = exchange.stream, exchange.model
 
-    decision, failure = await _decide(app[INTERCEPTOR_KEY], exchange, config, secret, rec)
+    decision, failure = await decide(app[INTERCEPTOR_KEY], exchange, config, secret, rec)
     if failure is not None:
         return respond_error(rec, route.dialect, failure)
     assert decision is not None
@@ -174,9 +247,6 @@ def _parse_body(
 ) -> tuple[Any, ProxyError | None]:
     """Parse a JSON body; enforce JSON only where the API requires it. Bodies of the
     JSON APIs are parsed through :data:`BODY_CACHE` (scoped by tenant)."""
-    encoded = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoded not in ("", "identity"):
-        return None, None  # compressed request body: relay it, do not inspect
     content_type = request.headers.get("content-type", "")
     if route.expects_json:
         if not _is_json_mime(content_type):
@@ -189,6 +259,8 @@ def _parse_body(
             )
         try:
             parsed = BODY_CACHE.loads(body, tenant)
+        except RecursionError:
+            return None, ProxyError(400, "Request body is nested too deeply to be parsed.", code="invalid_json")
         except (ValueError, UnicodeDecodeError) as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
             return None, ProxyError(
@@ -204,7 +276,7 @@ def _parse_body(
     if body and _is_json_mime(content_type):
         try:
             return json.loads(body), None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None, None
     return None, None
 
@@ -215,39 +287,6 @@ def _model_of(parsed: Any) -> str | None:
         if isinstance(model, str):
             return model
     return None
-
-
-async def _decide(
-    interceptor: Interceptor,
-    exchange: Exchange,
-    config: ProxyConfig,
-    secret: str | None,
-    rec: RequestRecord,
-) -> tuple[Decision | None, ProxyError | None]:
-    """Run the interceptor; fail open (or closed, per config) on any exception."""
-    try:
-        decision = await interceptor.before(exchange)
-        if not isinstance(decision, Decision):
-            raise TypeError(f"interceptor returned {type(decision).__name__}, not Decision")
-        if decision.body is not None and not isinstance(decision.body, bytes):
-            raise TypeError("Decision.body must be bytes or None")
-        if decision.after_send is not None and decision.tap is not None:
-            raise TypeError("a Decision with after_send must not carry a tap of its own")
-        return decision, None
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the gate must never lose a request
-        log_gate_failure("interceptor", exc, secret, rec)
-        rec.error = "gate_error"
-        if config.gate.fail_open:
-            return Decision(action="none"), None
-        rec.action = "error"
-        return None, ProxyError(
-            502,
-            "compaction-gate could not process this request (gate.fail_open is false); "
-            "see the proxy log for request " + rec.request_id,
-            code="gate_error",
-        )
 
 
 def _reject(
@@ -282,6 +321,8 @@ async def _forward(
         request.headers, identity_encoding=decision.tap is not None or decision.after_send is not None
     )
     headers.popall("expect", None)
+    # the body read is the decoded one (aiohttp decodes gzip/deflate/br): forward it so
+    headers.popall("content-encoding", None)
     apply_credentials(headers, upstream, route.dialect)
     url = target_url(upstream, route.dialect, request.raw_path)
 
@@ -313,6 +354,8 @@ async def _forward(
         rec.error = err.code
         return respond_error(rec, route.dialect, err, decision)
     rec.upstream_wait += time.perf_counter() - sent_at
+    if rec.slot is not None:
+        rec.slot.upstream = upstream_resp
 
     try:
         decision = await _completed(decision, deferred, rec, secret)

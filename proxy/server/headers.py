@@ -147,4 +147,5 @@ def tenant_of(secret: str | None) -> str:
     """Stable, non-reversible tenant id: first 16 hex chars of sha256(key)."""
     if not secret:
         return "anonymous"
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()[:16]
+    # aiohttp decodes header bytes as UTF-8 with surrogateescape: hash the bytes as sent
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()[:16]

@@ -5,6 +5,8 @@ upstream failures are reported (scrubbed of credentials)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from multidict import CIMultiDict
 
 from proxy.server.errors import ProxyError, error_response
 from proxy.server.hooks import Decision, DialectName, ResponseTap
+from proxy.server.inflight import ShutdownCut, Slot
 from proxy.server.logs import GATE_LOGGER, log_access, redact
 
 __all__ = [
@@ -27,7 +30,9 @@ __all__ = [
     "close_tap",
     "gate_headers",
     "log_gate_failure",
+    "new_request_id",
     "respond_error",
+    "shutdown_error",
     "upstream_failure",
 ]
 
@@ -36,6 +41,15 @@ H_ACTION = "x-compaction-gate-action"
 H_OVERHEAD = "x-compaction-gate-overhead-ms"
 GATE_HEADERS = (H_CONVERSATION, H_ACTION, H_OVERHEAD)
 UNKNOWN_CONVERSATION = "unknown"
+
+#: Request ids: a random per-process prefix and a counter (unique like a uuid4's hex, 32
+#: hex digits, without a system call per request).
+_ID_PREFIX = secrets.token_hex(10)
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):012x}"
 
 
 @dataclass
@@ -63,6 +77,8 @@ class RequestRecord:
     error: str | None = None
     #: seconds spent waiting on upstream (connect + headers + body reads)
     upstream_wait: float = 0.0
+    #: the request's place among those in flight (a shutdown may cut it)
+    slot: Slot | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -138,6 +154,8 @@ def log_gate_failure(where: str, exc: BaseException, secret: str | None, rec: Re
 
 def upstream_failure(exc: BaseException) -> tuple[ProxyError, str]:
     """Map a client-side exception talking to upstream to (error, tap reason)."""
+    if isinstance(exc, ShutdownCut):
+        return shutdown_error(), "shutdown"
     if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return (
             ProxyError(
@@ -174,6 +192,17 @@ def upstream_failure(exc: BaseException) -> tuple[ProxyError, str]:
             code="upstream_error",
         ),
         "upstream_error",
+    )
+
+
+def shutdown_error() -> ProxyError:
+    """What a request still in flight when the shutdown grace period ends is told."""
+    return ProxyError(
+        503,
+        "compaction-gate is shutting down: this response was cut after the shutdown grace "
+        "period (server.shutdown_grace_seconds). Retry the request.",
+        code="proxy_shutting_down",
+        retryable=True,
     )
 
 

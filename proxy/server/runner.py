@@ -3,7 +3,11 @@
 ``handler_cancellation=True`` makes aiohttp cancel a handler when its client
 disconnects, so the upstream request is closed at once instead of at the next
 write. On SIGINT/SIGTERM the listener closes first, in-flight requests (streams)
-get ``server.shutdown_grace_seconds`` to finish, then the upstream session closes.
+get ``server.shutdown_grace_seconds`` to finish; whatever is still open then is cut
+with a final error in its dialect (:mod:`proxy.server.inflight`), and the rest of the
+shutdown (other handlers, the app's cleanup, the upstream session) is bounded too.
+Connections are served by :class:`~proxy.server.protocol.GateAppRunner` (the proxy's
+own answers to malformed requests).
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ from aiohttp import web
 from proxy.config import ProxyConfig
 from proxy.server.app import create_app
 from proxy.server.hooks import Interceptor
+from proxy.server.inflight import INFLIGHT_KEY, InFlight
 from proxy.server.logs import GATE_LOGGER
+from proxy.server.protocol import GateAppRunner
 
 __all__ = ["AppFactory", "RunningServer", "serve", "start_server"]
 
 #: Builds the application to serve from the validated config.
 AppFactory = Callable[[ProxyConfig], web.Application]
+
+#: Seconds a cut request gets to write its final error event, and handlers that are not
+#: proxied requests (``/gate/…``) get to finish, once the grace period is over.
+CUT_WAIT = 0.5
 
 
 @dataclass
@@ -34,6 +44,7 @@ class RunningServer:
     runner: web.AppRunner
     host: str
     port: int
+    grace: float = 30.0
 
     @property
     def url(self) -> str:
@@ -41,7 +52,18 @@ class RunningServer:
         return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
-        """Stop listening, let in-flight requests finish (grace period), clean up."""
+        """Stop listening, let in-flight requests finish for the grace period, cut
+        those still open (a final error event each), clean up."""
+        inflight = self.runner.app.get(INFLIGHT_KEY) if isinstance(self.runner, web.AppRunner) else None
+        for site in list(self.runner.sites):
+            await site.stop()
+        if inflight is not None and not await inflight.drain(self.grace):
+            cut = inflight.cut()
+            GATE_LOGGER.warning(
+                "shutdown grace period over; cutting requests still in flight",
+                extra={"fields": {"cut": cut, "grace_seconds": self.grace}},
+            )
+            await inflight.drain(CUT_WAIT)
         await self.runner.cleanup()
 
 
@@ -49,11 +71,14 @@ async def start_server(
     app: web.Application, host: str, port: int, *, shutdown_grace_seconds: float = 30.0
 ) -> RunningServer:
     """Start ``app`` on ``host:port`` (``port=0`` picks a free port)."""
-    runner = web.AppRunner(
+    if INFLIGHT_KEY not in app:
+        app[INFLIGHT_KEY] = InFlight()
+    runner = GateAppRunner(
         app,
         handler_cancellation=True,
         access_log=None,
-        shutdown_timeout=shutdown_grace_seconds,
+        # the grace period is RunningServer.stop's; aiohttp's own wait comes after it
+        shutdown_timeout=CUT_WAIT,
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -67,16 +92,18 @@ async def start_server(
         if isinstance(address, tuple) and len(address) >= 2:
             bound = int(address[1])
             break
-    return RunningServer(runner=runner, host=host, port=bound)
+    return RunningServer(runner=runner, host=host, port=bound, grace=shutdown_grace_seconds)
 
 
-async def _serve(config: ProxyConfig, app: web.Application) -> None:
+async def _serve(config: ProxyConfig, app: web.Application, on_listening: Callable[[RunningServer], None] | None) -> None:
     server = await start_server(
         app,
         config.server.host,
         config.server.port,
         shutdown_grace_seconds=config.server.shutdown_grace_seconds,
     )
+    if on_listening is not None:
+        on_listening(server)
     GATE_LOGGER.info(
         "listening",
         extra={
@@ -108,12 +135,14 @@ def serve(
     interceptor: Interceptor | None = None,
     *,
     app: web.Application | None = None,
+    on_listening: Callable[[RunningServer], None] | None = None,
 ) -> None:
     """Run the proxy in the foreground until SIGINT/SIGTERM.
 
     ``app`` is the application to serve (e.g. one with the gate installed); by
-    default ``create_app(config, interceptor)``.
+    default ``create_app(config, interceptor)``. ``on_listening(server)`` is called once
+    the socket is bound. A listening failure (a busy port) raises :class:`OSError`.
     """
     served = app if app is not None else create_app(config, interceptor)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config, served))
+        asyncio.run(_serve(config, served, on_listening))

@@ -1,4 +1,5 @@
-"""WebSocket pass-through (the OpenAI Realtime API, ``GET /v1/realtime`` upgraded).
+"""WebSocket relay: the OpenAI Realtime API (``GET /v1/realtime`` upgraded) passed
+through, the Responses API WebSocket mode (``GET /v1/responses``) gated.
 
 A realtime session keeps its conversation on the provider's side and streams audio
 and events both ways, so the gate has nothing to diff there: the proxy connects to the
@@ -13,6 +14,7 @@ the route, status 101, and byte counts.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import WSMsgType, web
@@ -24,7 +26,7 @@ from proxy.server.routes import Route
 from proxy.server.state import CONFIG_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
 
-__all__ = ["is_websocket", "relay_websocket"]
+__all__ = ["connect_upstream", "is_websocket", "pump_both", "relay_websocket"]
 
 _Socket = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 
@@ -38,6 +40,34 @@ def is_websocket(request: web.Request) -> bool:
 
 
 async def relay_websocket(request: web.Request, rec: RequestRecord, route: Route) -> web.StreamResponse:
+    """Connect upstream, then relay: a Responses API socket (``/v1/responses``) is gated
+    frame by frame (:mod:`proxy.server.responses_ws`); any other (Realtime) is pumped
+    unchanged both ways."""
+    up, refused = await connect_upstream(request, rec, route)
+    if up is None:
+        assert refused is not None
+        return refused
+    try:
+        client = web.WebSocketResponse(protocols=(up.protocol,) if up.protocol else (), autoping=False,
+                                       max_msg_size=0)
+        await client.prepare(request)
+        rec.status = 101
+        if route.kind == "responses":
+            from proxy.server.responses_ws import relay_responses
+
+            await relay_responses(request, rec, client, up)
+        else:
+            await pump_both(client, up, rec)
+        return client
+    finally:
+        await up.close()
+
+
+async def connect_upstream(
+    request: web.Request, rec: RequestRecord, route: Route
+) -> tuple[aiohttp.ClientWebSocketResponse | None, web.Response | None]:
+    """The upstream socket (same upstream choice, credentials, subprotocols and outbound
+    proxy as any request), or the HTTP error the client gets when it cannot be opened."""
     config = request.app[CONFIG_KEY]
     model = request.query.get("model") or None
     rec.model = model
@@ -52,38 +82,39 @@ async def relay_websocket(request: web.Request, rec: RequestRecord, route: Route
     protocols = tuple(p.strip() for p in request.headers.get("sec-websocket-protocol", "").split(",") if p.strip())
     try:
         up = await request.app[SESSION_KEY].ws_connect(
-            url, headers=headers, protocols=protocols, autoping=False, proxy=proxy_for(url, config.server)
+            url, headers=headers, protocols=protocols, autoping=False, proxy=proxy_for(url, config.server),
+            max_msg_size=0,
         )
     except aiohttp.WSServerHandshakeError as exc:
         rec.upstream_status = exc.status
         status = exc.status if 400 <= exc.status < 600 else 502
-        return respond_error(rec, route.dialect, ProxyError(
+        return None, respond_error(rec, route.dialect, ProxyError(
             status, f"Upstream refused the WebSocket connection (HTTP {exc.status}).", code="upstream_refused"))
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         err, _ = upstream_failure(exc)
-        return respond_error(rec, route.dialect, err)
+        return None, respond_error(rec, route.dialect, err)
     rec.upstream_status = 101
-    try:
-        client = web.WebSocketResponse(protocols=(up.protocol,) if up.protocol else (), autoping=False,
-                                       max_msg_size=0)
-        await client.prepare(request)
-        rec.status = 101
-        await _pump_both(client, up, rec)
-        return client
-    finally:
-        await up.close()
+    return up, None
 
 
-async def _pump_both(client: web.WebSocketResponse, up: aiohttp.ClientWebSocketResponse,
-                     rec: RequestRecord) -> None:
-    """Relay frames both ways until one side closes; then close the other alike."""
+TextHandler = Callable[[str], Awaitable[None]]
 
-    async def pump(src: _Socket, dst: _Socket, inbound: bool) -> None:
+
+async def pump_both(client: web.WebSocketResponse, up: aiohttp.ClientWebSocketResponse, rec: RequestRecord,
+                    *, client_text: TextHandler | None = None, upstream_text: TextHandler | None = None) -> None:
+    """Relay frames both ways until one side closes; then close the other alike. Text
+    frames go to ``client_text`` / ``upstream_text`` when given (which send what they
+    decide), else straight to the other side."""
+
+    async def pump(src: _Socket, dst: _Socket, inbound: bool, on_text: TextHandler | None) -> None:
         size = 0
         async for msg in src:  # ends at CLOSE / CLOSING / ERROR
             if msg.type == WSMsgType.TEXT:
-                await dst.send_str(msg.data)
                 size += len(msg.data)  # JSON events: characters are bytes; no copy to count
+                if on_text is not None:
+                    await on_text(msg.data)
+                else:
+                    await dst.send_str(msg.data)
             elif msg.type == WSMsgType.BINARY:
                 await dst.send_bytes(msg.data)
                 size += len(msg.data)
@@ -98,7 +129,8 @@ async def _pump_both(client: web.WebSocketResponse, up: aiohttp.ClientWebSocketR
         if not dst.closed:
             await dst.close(code=src.close_code or aiohttp.WSCloseCode.OK)
 
-    tasks = [asyncio.ensure_future(pump(client, up, True)), asyncio.ensure_future(pump(up, client, False))]
+    tasks = [asyncio.ensure_future(pump(client, up, True, client_text)),
+             asyncio.ensure_future(pump(up, client, False, upstream_text))]
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for t in pending:  # the other side is closing too: let it finish briefly

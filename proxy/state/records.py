@@ -3,6 +3,15 @@
 Records hold no secrets: the tenant is a hash prefix of the API key and no request
 header is stored. Message content is stored once per digest (deduplicated across
 conversations and requests); a conversation refers to its messages by digest.
+
+At rest, every secret the gate's detectors find (:mod:`proxy.core.redaction`: the
+catalog's ``sensitive`` rules, one list) is replaced by ``[redacted:KIND]`` in what the
+serialisers below produce — message texts, text blobs (system prompts, tool
+definitions), event details — so a store writes none. A redacted message keeps its
+original digest (stored beside it), so lineage still matches the client's next request
+after a restart; what is lost is the secret itself: a compaction of a history restored
+from disk is judged without the secrets it held (in a running process the history is in
+memory, in clear, and nothing changes).
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.messages import Message, Part, make_message
+from proxy.core.redaction import redact_secrets
 
 __all__ = [
     "ConversationRecord",
@@ -19,7 +29,13 @@ __all__ = [
     "TimelineEntry",
     "message_from_json",
     "message_to_json",
+    "stored_text",
 ]
+
+
+def stored_text(text: str) -> str:
+    """``text`` as it may be written to a store: its secrets redacted."""
+    return redact_secrets(text)
 
 
 @dataclass
@@ -52,6 +68,10 @@ class TimelineEntry:
     reply_tokens: int | None = None
     reply_digests: list[str] = field(default_factory=list)
     status: str = "pending"
+    #: ``tokens`` / ``reply_tokens`` include estimates: a text too long to tokenise whole
+    #: on the event loop that was not counted beforehand (see :mod:`proxy.accounting`)
+    estimated: bool = False
+    reply_estimated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Shallow field dict (``dataclasses.asdict`` deep-copies: too slow per request)."""
@@ -91,7 +111,8 @@ class GateEvent:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), separators=(",", ":"), default=str)
+        """The stored form (any secret a detail still quotes is redacted)."""
+        return stored_text(json.dumps(self.as_dict(), separators=(",", ":"), default=str))
 
     @classmethod
     def from_json(cls, text: str) -> GateEvent:
@@ -129,6 +150,9 @@ class ConversationRecord:
     seq: int = 0
     event_seq: int = 0
     side_digests: tuple[str, ...] = ()
+    #: The gate's state of the conversation (sticky repair, armed tripwire, the bindings
+    #: it lost), as :meth:`proxy.gate.convstate.ConversationState.to_dict`; never secrets.
+    gate_state: dict[str, Any] | None = None
     timeline: list[TimelineEntry] = field(default_factory=list)
     events: list[GateEvent] = field(default_factory=list)
 
@@ -146,6 +170,8 @@ class ConversationRecord:
         """A snapshot of the metadata (cheap; stores serialise it off the loop)."""
         d = {k: getattr(self, k) for k in self._META}
         d["side_digests"] = list(self.side_digests)
+        if self.gate_state is not None:
+            d["gate_state"] = self.gate_state
         return d
 
     def meta_json(self) -> str:
@@ -153,7 +179,7 @@ class ConversationRecord:
 
     @staticmethod
     def meta_dict_to_json(d: dict[str, Any]) -> str:
-        return json.dumps(d, separators=(",", ":"))
+        return stored_text(json.dumps(d, separators=(",", ":")))
 
     def digests_text(self) -> str:
         return ",".join(self.digests)
@@ -165,22 +191,37 @@ class ConversationRecord:
         rec = cls(**kwargs)
         rec.digests = tuple(digests.split(",")) if digests else ()
         rec.side_digests = tuple(d.get("side_digests") or ())
+        gs = d.get("gate_state")
+        rec.gate_state = gs if isinstance(gs, dict) else None
         return rec
 
 
 def message_to_json(m: Message) -> str:
-    """Compact JSON of a message (parts only; the digest is recomputed on load). Always
-    encodable as UTF-8: text with lone surrogates (valid JSON escapes in a request) is
-    written with ASCII escapes, which load back to the same text."""
-    parts = [[p.kind, p.text, p.tool_name, p.tool_call_id, p.is_error, p.payload_digest] for p in m.parts]
-    text = json.dumps([m.role, m.name, parts], separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON of a message as stored: parts with their secrets redacted, plus the
+    original digest when redaction changed the text (else it is recomputed on load).
+    Always encodable as UTF-8: text with lone surrogates (valid JSON escapes in a
+    request) is written with ASCII escapes, which load back to the same text."""
+    redacted = False
+    parts = []
+    for p in m.parts:
+        text = stored_text(p.text) if p.text else p.text
+        redacted = redacted or text is not p.text
+        parts.append([p.kind, text, p.tool_name, p.tool_call_id, p.is_error, p.payload_digest])
+    row: list[object] = [m.role, m.name, parts]
+    if redacted:
+        row.append(m.digest)
+    text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps([m.role, m.name, parts], separators=(",", ":"))
+        text = json.dumps(row, separators=(",", ":"))
     return text
 
 
 def message_from_json(text: str) -> Message:
-    role, name, parts = json.loads(text)
-    return make_message(role, (Part(k, t, tn, tc, bool(e), pd) for k, t, tn, tc, e, pd in parts), name)
+    row = json.loads(text)
+    role, name, parts = row[0], row[1], row[2]
+    msg = make_message(role, (Part(k, t, tn, tc, bool(e), pd) for k, t, tn, tc, e, pd in parts), name)
+    if len(row) > 3 and row[3]:  # redacted at rest: the digest of the text as it was sent
+        msg = Message(msg.role, msg.parts, msg.name, digest=row[3])
+    return msg

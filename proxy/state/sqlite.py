@@ -37,6 +37,7 @@ from proxy.state.records import (
     TimelineEntry,
     message_from_json,
     message_to_json,
+    stored_text,
 )
 from proxy.state.store import Store
 
@@ -65,8 +66,9 @@ DIGEST_CHUNK = 128
 
 
 def _blob_value(text: str) -> str | bytes:
-    """A text as SQLite can bind it: text with lone surrogates (a system prompt may carry
-    them) is stored as its surrogate-preserving UTF-8 bytes."""
+    """A text as SQLite can bind it, its secrets redacted: text with lone surrogates (a
+    system prompt may carry them) is stored as its surrogate-preserving UTF-8 bytes."""
+    text = stored_text(text)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -17,7 +17,9 @@ from tests.support.fake_upstream import FakeUpstream, Responder
 
 
 class GateStack(RunningStack):
-    def __init__(self, policy: str, responder: Responder, *, watch: bool = False) -> None:
+    def __init__(
+        self, policy: str, responder: Responder, *, watch: bool = False, state: StateSettings | None = None
+    ) -> None:
         self.bg = BackgroundLoop()
         self.fake = FakeUpstream(responder)
         try:
@@ -25,7 +27,7 @@ class GateStack(RunningStack):
             self.config = ProxyConfig(
                 server=ServerSettings(port=0),
                 upstreams=fake_upstreams(self.fake),
-                state=StateSettings(backend="memory"),
+                state=state or StateSettings(backend="memory"),
                 policy=policy,
             )
 

@@ -1,6 +1,7 @@
 """A required binding that is a secret (PRINCIPLES §4): a token a login step minted and a
-compaction dropped makes the verdict destructive; the gate refuses (or spills, by
-policy) instead of re-injecting it, and never writes it in clear to events."""
+compaction dropped makes the verdict destructive; whether the policy says reinject or
+spill, the gate refuses (a secret is never re-injected in clear and never spilled) and
+never writes it in clear to events."""
 
 from __future__ import annotations
 
@@ -43,31 +44,25 @@ def _answer(call: Call) -> Reply:
     return Reply(text="ok")
 
 
-@pytest.mark.parametrize("policy,action", [("default", "reject"), ("spill", "spill")])
-def test_dropped_required_secret_is_refused_or_spilled_never_reinjected(tmp_path: Path, policy: str, action: str) -> None:
+@pytest.mark.parametrize("policy", ["default", "spill"])
+def test_dropped_required_secret_is_refused_never_reinjected(tmp_path: Path, policy: str) -> None:
     if policy == "spill":
         p = tmp_path / "spill.yaml"
-        p.write_text("extends: default\nname: secret-spill\nactions:\n  required_secret: spill\n")
+        p.write_text("extends: default\nname: secret-spill\nactions:\n  destructive: spill\n")
         policy = str(p)
     stack = GateStack(policy, _answer)
     try:
         client = openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0)
         h = _history()
         client.chat.completions.create(model="gpt-4o", messages=h, tools=[LOGIN])  # type: ignore[arg-type]
-        if action == "reject":
-            with pytest.raises(openai.BadRequestError) as ei:
-                client.chat.completions.create(model="gpt-4o", messages=_compacted(), tools=[LOGIN])  # type: ignore[arg-type]
-            assert ei.value.code == "destructive_compaction"
-            assert ei.value.response.headers["x-should-retry"] == "false"
-            assert JWT not in ei.value.message and "secret" in ei.value.message
-            assert len(stack.fake.model_requests()) == 1  # the compacted request never went upstream
-        else:
-            raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=_compacted(), tools=[LOGIN])  # type: ignore[arg-type]
-            assert raw.headers["x-compaction-gate-action"] == "spill"
-            sent = stack.fake.model_requests()[-1].body.decode()
-            assert "spill_" in sent and JWT not in sent
+        with pytest.raises(openai.BadRequestError) as ei:
+            client.chat.completions.create(model="gpt-4o", messages=_compacted(), tools=[LOGIN])  # type: ignore[arg-type]
+        assert ei.value.code == "destructive_compaction"
+        assert ei.value.response.headers["x-should-retry"] == "false"
+        assert JWT not in ei.value.message and "secret" in ei.value.message
+        assert len(stack.fake.model_requests()) == 1  # the compacted request never went upstream
         ev = [e for e in stack.events() if e["kind"] == "compaction"][-1]
-        assert ev["verdict"] == "destructive" and ev["action"] == action
+        assert ev["verdict"] == "destructive" and ev["action"] == "reject"
         assert JWT not in json.dumps(stack.events())
         # the client that keeps the login result is let through
         client.chat.completions.create(model="gpt-4o", messages=h + [{"role": "user", "content": "Go on."}], tools=[LOGIN])  # type: ignore[arg-type]

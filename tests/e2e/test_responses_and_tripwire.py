@@ -155,3 +155,62 @@ def test_tripwire_annotates_a_responses_stream_the_sdk_reads(tmp_path: Any) -> N
         assert trip and trip[-1]["tripwire"] == "annotate"
     finally:
         stack.close()
+
+
+def test_a_blocked_responses_stream_completes_and_its_retries_stay_blocked() -> None:
+    """The blocked stream ends with response.completed (no SDK error, nothing to
+    execute), and sending the same request again — more times than the tripwire window
+    (5 in `default`) — never lets the invented value through: a retry does not consume
+    the window."""
+    stack = GateStack("default", inventing_responder)
+    try:
+        agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), True)
+        agent.work(story.TASK)
+        agent.compact(story.LOSSY_SUMMARY)
+        agent.user(story.ROLLBACK_ASK)
+        for _ in range(7):
+            text, calls = agent.call(agent.items)
+            assert calls == []  # the invented downgrade never reaches the executor
+            assert text.startswith("[compaction-gate]") and story.INVENTED in text and story.REVISION in text
+        trip = [e for e in stack.events() if e["kind"] == "tripwire"]
+        assert len(trip) == 7 and {e["tripwire"] for e in trip} == {"block"}
+    finally:
+        stack.close()
+
+
+def remote_responder(call: Call) -> Reply:
+    items = call.json.get("input") or []
+    if items and isinstance(items[-1], dict) and items[-1].get("type") == "compaction_trigger":
+        return Reply(items=[{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-opaque"}])
+    return story.responder(call)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_remote_compaction_over_http_gets_the_contract_and_the_next_request_the_bindings(stream: bool) -> None:
+    """POST /v1/responses whose input ends with a compaction_trigger item (Codex's remote
+    compaction over HTTP): the contract goes in before the trigger; the encrypted answer
+    passes untouched; the request after it gets the bindings back in plain text."""
+    stack = GateStack("default", remote_responder)
+    try:
+        client = openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0,
+                               default_headers={"session-id": "thread-http-remote"})
+        agent = ResponsesAgent(client, stream)
+        agent.work(story.TASK)
+        kw = {"model": "gpt-4o", "instructions": story.SYSTEM, "tools": [TOOL],
+              "input": [*agent.items, {"type": "compaction_trigger"}]}
+        if stream:
+            with client.responses.stream(**kw) as s:
+                resp = s.get_final_response()
+        else:
+            resp = client.responses.create(**kw)
+        assert [o.type for o in resp.output] == ["compaction"]
+        sent = stack.fake.requests[-1].json["input"]
+        assert sent[-1] == {"type": "compaction_trigger"} and story.REVISION in json.dumps(sent[-2])
+        agent.items = [agent.items[0], resp.output[0].model_dump(exclude_none=True)]
+        agent.user(story.ROLLBACK_ASK)
+        _, calls = agent.call(agent.items)
+        assert story.rollback_target(calls[0]["arguments"]) == story.REVISION
+        kinds = [(e["kind"], e["action"]) for e in stack.events()]
+        assert ("summarization", "gate") in kinds and ("compaction", "reinject") in kinds
+    finally:
+        stack.close()

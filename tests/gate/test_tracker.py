@@ -422,3 +422,49 @@ asyncio.run(main())
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert marker.read_text() == "done"
+
+
+# --------------------------------------------------------------------------- Codex CLI 0.17x
+
+
+def _codex_turn(*items: dict[str, Any]) -> dict[str, Any]:
+    dev = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}
+    ask = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Apply the migration"}]}
+    call = {"type": "function_call", "call_id": "c1", "name": "exec_command",
+            "arguments": json.dumps({"cmd": "alembic upgrade head"})}
+    out = {"type": "function_call_output", "call_id": "c1",
+           "output": "Running upgrade 1a2b3c4d5e6f -> 4f9a2c1e7b3d"}
+    return {"model": "gpt-5.1", "stream": True, "input": [dev, ask, call, out, *items]}
+
+
+def _meta(kind: str) -> dict[str, str]:
+    return {"session-id": "01a2-thread", "x-codex-turn-metadata": json.dumps(
+        {"session_id": "01a2-thread", "request_kind": kind, "model": "gpt-5.1"}, separators=(",", ":"))}
+
+
+async def test_codex_remote_compaction_is_a_summarization_call_and_keeps_its_conversation(tracker: Tracker) -> None:
+    """A server-side compaction is recognised by its trigger item (no prompt text to
+    match); the history it leaves (an encrypted compaction item) continues the same
+    conversation."""
+    first = await tracker.observe(exchange(_codex_turn(), "responses", headers=_meta("turn")))
+    trig = await tracker.observe(exchange(_codex_turn({"type": "compaction_trigger"}), "responses",
+                                          headers=_meta("turn")))
+    assert first is not None and trig is not None and not first.is_summarization_request
+    assert trig.is_summarization_request and trig.summarization_agent == "codex"
+    after = _codex_turn()["input"][:2] + [{"type": "compaction", "encrypted_content": "gAAAA"},
+                                          {"type": "message", "role": "user",
+                                           "content": [{"type": "input_text", "text": "Roll it back"}]}]
+    obs = await tracker.observe(exchange({"model": "gpt-5.1", "input": after}, "responses", headers=_meta("turn")))
+    assert obs is not None and obs.conversation_id == first.conversation_id
+    assert obs.relation == "compacted" and not obs.is_summarization_request
+
+
+async def test_codex_turn_metadata_marks_a_compaction_request(tracker: Tracker) -> None:
+    """Codex says request_kind "compaction" in its turn metadata whatever its prompt says
+    (the local prompt text may change between versions; the metadata says it too)."""
+    body = _codex_turn({"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": "Hand the task over to the next model."}]})
+    plain = await tracker.observe(exchange(body, "responses", headers=_meta("turn")))
+    assert plain is not None and not plain.is_summarization_request
+    obs = await tracker.observe(exchange(body, "responses", headers=_meta("compaction")))
+    assert obs is not None and obs.is_summarization_request and obs.summarization_agent == "codex"

@@ -55,6 +55,12 @@ def test_without_admin_key_remote_clients_are_refused() -> None:
     request = make_mocked_request("GET", "/gate/", transport=_Transport("10.1.2.3"))
     denied = check_access(request, None)
     assert denied is not None and denied.status == 403
+    # the refusal says how to fix it (the Docker bridge case is the common one)
+    import json
+
+    message = json.loads(denied.text or "")["error"]["message"]
+    assert "10.1.2.3" in message and "gate.admin_key" in message and "COMPACTION_GATE_ADMIN_KEY" in message
+    assert "x-gate-admin-key" in message and "/gate/?key=" in message
 
 
 class _Transport:

@@ -173,3 +173,17 @@ def test_reports_escape_everything(tmp_path: Path) -> None:
     data = json.loads(json_path.read_text())
     assert data["destructive_compactions"][0]["dropped"][0]["value"] == "<script>alert(1)</script>"
     assert html_path.read_text() == page
+
+
+def test_skipped_lines_make_the_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's contract: 2 on bad input — a file whose unparsable lines were skipped
+    is bad input even when the readable ones are safe."""
+    from proxy.cli import main
+
+    good = json.dumps({"conversation_id": "c1", "request": CHAT})
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_text(good + "\n{not json\n")
+    assert main(["replay", str(traffic), "--policy", "audit", "--out", str(tmp_path / "r")]) == 2
+    assert "skipped line 2: not valid JSON" in capsys.readouterr().err
+    traffic.write_text(good + "\n")
+    assert main(["replay", str(traffic), "--policy", "audit", "--out", str(tmp_path / "r")]) == 0

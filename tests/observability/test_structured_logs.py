@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 
 import pytest
 
 from proxy.demo_story import DEMO_REVISION, run_story
-from proxy.server.logs import configure_logging
+from proxy.server.logs import configure_logging, reset_logging
 
 from .conftest import GateFactory
 
@@ -22,10 +21,7 @@ def log_stream() -> Iterator[io.StringIO]:
     stream = io.StringIO()
     configure_logging("info", stream)
     yield stream
-    root = logging.getLogger("compaction_gate")
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    root.propagate = True
+    reset_logging()
 
 
 async def test_one_line_per_request_and_per_decision(gate: GateFactory, log_stream: io.StringIO) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from proxy.policy import ConfigError, RequestContext, load_policy, load_policy_text, preset_names
+from proxy.policy.model import PROTECTION_ORDER
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -133,7 +134,16 @@ actions:
     ctx = RequestContext
     assert pol.effective(ctx(model="claude-sonnet-4-5", route="/v1/messages")).destructive == "reject"
     assert pol.effective(ctx(model="claude-sonnet-4-5", route="/v1/chat/completions")).destructive == "reinject"
+    # a header scope cannot weaken protection unless the operator allows it
     e = pol.effective(ctx(model="gpt-4o", headers={"x-gate-mode": "AUDIT"}))
+    assert (e.destructive, e.tripwire) == ("reinject", "block")
+    assert "audit header" in e.scopes
+    trusting = load_policy_text(
+        "actions:\n  client_scopes: any\n  scopes:\n    - match: {header: {X-Gate-Mode: audit}}\n"
+        "      destructive: warn\n      tripwire: warn\n",
+        "trusting.yaml",
+    )
+    e = trusting.effective(ctx(model="gpt-4o", headers={"x-gate-mode": "AUDIT"}))
     assert (e.destructive, e.tripwire) == ("warn", "warn")
     e = pol.effective(ctx(tenant="t2"))
     assert e.destructive == "spill" and e.gate is False
@@ -148,7 +158,6 @@ def test_regenerability_rules_and_priorities() -> None:
     assert pol.regenerable("git_sha", False, tool="bash", command="git rev-parse HEAD") is False
     # paths follow their provenance (a stamped backup path a step minted is required)
     assert pol.regenerable("path", False) is False and pol.regenerable("path", True) is True
-    assert pol.required_secret == "reject"
     assert pol.priority("alembic_revision", False) > pol.priority("alembic_revision", True)
     assert pol.priority("alembic_revision", False) > pol.priority("uuid", False)
     assert pol.allowlisted("0000000") and not pol.allowlisted("3f9a1c2b7d4e")
@@ -158,3 +167,31 @@ def test_policy_is_frozen() -> None:
     pol = load_policy("default")
     with pytest.raises(AttributeError):
         pol.destructive = "allow"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("preset", ["default", "strict", "infra"])
+@pytest.mark.parametrize("mode", ["audit", "off", "allow", "warn", "none", "*"])
+def test_a_client_header_cannot_weaken_a_preset(preset: str, mode: str) -> None:
+    pol = load_policy(preset)
+    plain = pol.effective(RequestContext(model="gpt-4o", route="/v1/chat/completions"))
+    for headers in (
+        {"x-compaction-gate-policy": mode},
+        {"x-compaction-gate-policy": mode, "x-environment": "dev"},
+    ):
+        e = pol.effective(RequestContext(model="gpt-4o", route="/v1/chat/completions", headers=headers))
+        assert PROTECTION_ORDER["destructive"][e.destructive] >= PROTECTION_ORDER["destructive"][plain.destructive]
+        assert PROTECTION_ORDER["tripwire"][e.tripwire] >= PROTECTION_ORDER["tripwire"][plain.tripwire]
+        assert PROTECTION_ORDER["safe"][e.safe] >= PROTECTION_ORDER["safe"][plain.safe]
+        assert e.gate >= plain.gate
+
+
+def test_a_client_header_can_make_default_stricter() -> None:
+    pol = load_policy("default")
+    e = pol.effective(RequestContext(headers={"x-compaction-gate-policy": "strict"}))
+    assert e.destructive == "reject"
+    assert pol.effective(RequestContext(headers={"x-compaction-gate-policy": "audit"})).destructive == "reinject"
+
+
+def test_client_scopes_is_validated_with_file_and_line() -> None:
+    with pytest.raises(ConfigError, match=r"bad\.yaml:3"):
+        load_policy_text("actions:\n  destructive: warn\n  client_scopes: sometimes\n", "bad.yaml")

@@ -28,7 +28,7 @@ def test_no_subcommand_is_usage_error(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_serve_flags_parse() -> None:
-    parser = cli.build_parser()
+    parser = cli.build_parser("serve")
     args = parser.parse_args(
         [
             "serve",
@@ -160,3 +160,58 @@ async def test_graceful_shutdown_lets_inflight_stream_finish() -> None:
                 await s.get(server.url + "/healthz")
     finally:
         await fake.close()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], []])
+def test_help_and_version_import_no_subcommand_module(argv: list[str]) -> None:
+    """``--help``/``--version`` answer without importing aiohttp, the core or any
+    subcommand module (each is imported only when its subcommand runs)."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from proxy.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'litellm', 'tiktoken', 'yaml')\n"
+        "               or m.startswith(('proxy.core', 'proxy.server', 'proxy.gate', 'proxy.check', 'proxy.replay', 'proxy.demo')))\n"
+        "print(json.dumps(heavy), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+    if argv:
+        assert "compaction-gate" in done.stdout
+
+
+def test_check_piped_into_head_ends_without_a_traceback(tmp_path: Path) -> None:
+    """``compaction-gate check … | head``: the output is far larger than a pipe buffer and
+    the reader leaves after one line; the command ends quietly, exit code non-zero."""
+    import json
+    import subprocess
+    import sys
+
+    ids = [f"{i:08x}-1c2b-4d4e-8f9a-{i:012x}" for i in range(1500)]
+    msgs: list[dict[str, object]] = [{"role": "system", "content": "ops"}, {"role": "user", "content": "create buckets"}]
+    for i, u in enumerate(ids):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"aws s3api create-bucket --bucket b{i}"})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"created bucket id {u}"})
+    after = [msgs[0], {"role": "user", "content": "This session is being continued from a previous conversation. Summary: buckets created."}]
+    (tmp_path / "before.json").write_text(json.dumps(msgs))
+    (tmp_path / "after.json").write_text(json.dumps(after))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "check", str(tmp_path / "before.json"), str(tmp_path / "after.json")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=60)
+    assert first.startswith(b"{")
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert code != 0

@@ -243,6 +243,22 @@ async def test_unknown_route(stack: ProxyStack) -> None:
     await assert_still_serving(stack)
 
 
+async def test_unknown_routes_are_logged_and_counted_under_a_bounded_label(stack: ProxyStack, json_log: Any) -> None:
+    from tests.support.logs import access
+
+    for n in range(3):  # distinct paths must not become distinct label values
+        status, _, _ = await request("POST", stack.url + f"/chat/completions/{n}", CHAT)
+        assert status == 404
+    records = [r for r in access(json_log, expect=3) if r["status"] == 404]
+    assert len(records) == 3 and {r["error"] for r in records} == {"unknown_route"}
+    # the route is a template, never the raw path (which may carry an id or a key)
+    assert {r["route"] for r in records} == {"{unknown}"} and records[0]["method"] == "POST"
+    _, _, text = await request("GET", stack.url + "/metrics", None)
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    counted = [line for line in text.splitlines() if line.startswith("compaction_gate_requests_total{") and 'status="404"' in line]
+    assert counted == ['compaction_gate_requests_total{route="other",status="404"} 3.0']
+
+
 def test_sdk_with_wrong_base_url_gets_clear_not_found(stack: ProxyStack) -> None:
     client = openai.OpenAI(api_key="sk", base_url=stack.url, max_retries=0)  # forgot /v1
     with pytest.raises(openai.NotFoundError) as info:

@@ -14,7 +14,7 @@ import pytest
 
 from proxy.config import ProxyConfig, Upstream
 from proxy.server.hooks import Decision, Exchange
-from proxy.server.logs import configure_logging, redact
+from proxy.server.logs import configure_logging, redact, reset_logging
 from tests.support import ProxyStack
 from tests.support.fake_upstream import Fault
 from tests.support.logs import access, lines
@@ -155,9 +155,4 @@ def test_redact_and_configure_logging() -> None:
         assert (record["msg"], record["a"], record["level"]) == ("hello", 1, "info")
         assert logging.getLogger("aiohttp.access").disabled
     finally:
-        root = logging.getLogger("compaction_gate")
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        root.propagate = True
-        root.setLevel(logging.NOTSET)
-        logging.getLogger("aiohttp.access").disabled = False
+        reset_logging()

@@ -9,6 +9,8 @@ Endpoints
 ---------
 OpenAI:    POST /v1/chat/completions (tools, ``stream``, ``stream_options.include_usage``)
            POST /v1/completions, POST /v1/responses (JSON and SSE events),
+           GET /v1/responses upgraded to a WebSocket (``response.create`` frames,
+           ``previous_response_id`` resolved per socket; :mod:`tests.support.fake_responses_ws`),
            POST /v1/embeddings (float or ``encoding_format: base64``),
            GET /v1/models, GET /v1/models/{id}
 Anthropic: POST /v1/messages (text + tool_use; SSE with message_start,
@@ -25,8 +27,9 @@ Scripting
 what the model "says". :class:`Call` gives the dialect, API kind, parsed body, model,
 headers and helpers ``last_user_text()`` / ``all_text()``. :class:`Reply` holds
 ``text``, ``tool_calls`` (:class:`ToolCall`), ``usage`` (:class:`Usage`), optional
-``stop_reason``, ``chunks`` (how text is split into stream deltas) and ``raw`` (a JSON
-body sent verbatim instead of the generated one). The default responder echoes:
+``stop_reason``, ``chunks`` (how text is split into stream deltas), ``raw`` (a JSON
+body sent verbatim instead of the generated one) and ``status`` (an HTTP error answered
+instead, ``text`` its message in the dialect's error body). The default responder echoes:
 ``"echo: <last user text>"``. ``fake.script(r1, r2, ...)`` queues replies used before
 the responder, one per model call (chat, completions, responses, messages).
 
@@ -131,7 +134,13 @@ class Reply:
     usage: Usage | None = None
     stop_reason: str | None = None
     chunks: Sequence[str] | None = None
+    #: Responses API only: output items sent as they are after the message and tool calls
+    #: (e.g. ``{"type": "compaction", "encrypted_content": ...}``)
+    items: Sequence[Mapping[str, Any]] = ()
     raw: Any = None
+    #: answer with this HTTP error status instead (``text`` is the error message, in the
+    #: dialect's error body): e.g. 400 "prompt is too long: …" to make an agent compact
+    status: int | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +439,10 @@ class FakeUpstream:
         return app
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("upgrade", "").lower() == "websocket" and request.path == "/v1/responses":
+            from tests.support.fake_responses_ws import serve_responses_websocket
+
+            return await serve_responses_websocket(self, request)
         body = await request.read()
         path = request.path
         headers = request.headers
@@ -509,6 +522,9 @@ class FakeUpstream:
         if rec.kind == "count_tokens":
             return self._json(ids, rec.dialect, {"input_tokens": max(1, _count(call.all_text()))})
         reply = await self._reply_for(call)
+        if reply.status is not None and reply.status >= 400:
+            message = reply.text or f"fake upstream error {reply.status}"
+            return self._json(ids, rec.dialect, _error_json(rec.dialect, reply.status, message), reply.status)
         if reply.raw is not None:
             return self._json(ids, rec.dialect, reply.raw)
         builder = _BUILDERS[rec.kind]
@@ -900,6 +916,7 @@ class _ResponsesBuilder(_Builder):
                     "arguments": tc.arguments_json(),
                 }
             )
+        items.extend(dict(item) for item in reply.items)
         return items
 
     def _response(self, call: Call, reply: Reply, ids: _Ids, *, done: bool) -> dict[str, Any]:
@@ -997,6 +1014,8 @@ class _ResponsesBuilder(_Builder):
                     content_index=0,
                     part=item["content"][0],
                 )
+            elif item["type"] != "function_call":
+                yield ev("response.output_item.added", output_index=index, item=item)
             else:
                 yield ev(
                     "response.output_item.added",

@@ -189,7 +189,7 @@ class Rule:
 # --------------------------------------------------------------------------- YAML loading
 
 
-class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]
+class _LineLoader(yaml.SafeLoader):
     """SafeLoader that records the line of every mapping under the key ``__line__``."""
 
 

@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 _SNIPPET = 40
+#: A value's line up to this long is its snippet, whole.
+_LINE = 160
 
 
 def _oneline(s: str) -> str:
@@ -206,12 +208,25 @@ def _resolve_cluster(cands: list[Cand]) -> list[Cand]:
 def _snippet(text: str, s: int, e: int, secrets: Sequence[tuple[int, int]]) -> str:
     """One-line snippet around ``[s:e]`` with every secret span replaced by its redacted
     form (window edges are widened so that no secret is ever cut in half)."""
-    cs = max(0, s - _SNIPPET)
-    ce = min(len(text), e + _SNIPPET)
+    ls = text.rfind("\n", 0, s) + 1
+    le = text.find("\n", e)
+    le = len(text) if le < 0 else le
+    whole = le - ls <= _LINE
+    if whole:  # the value's own line, whole: it shows what the value is (from -> to)
+        cs, ce = ls, le
+        while cs < s and text[cs] in " \t\r":
+            cs += 1
+        while ce > e and text[ce - 1] in " \t\r":
+            ce -= 1
+    else:
+        cs = max(ls, s - _SNIPPET)
+        ce = min(le, e + _SNIPPET)
     if e - s > 200:  # long values (PEM blocks, long URLs): show the head only
-        ce = min(len(text), s + 200)
+        ce, whole = min(len(text), s + 200), False
+    pre = "…" if cs > 0 and not whole else ""
+    post = "…" if ce < len(text) and not whole else ""
     if not secrets:
-        return ("…" if cs > 0 else "") + _oneline(text[cs:ce]) + ("…" if ce < len(text) else "")
+        return pre + _oneline(text[cs:ce]) + post
     for ss, se in secrets:
         if ss < cs < se:
             cs = ss
@@ -227,7 +242,7 @@ def _snippet(text: str, s: int, e: int, secrets: Sequence[tuple[int, int]]) -> s
         pos = se
     pieces.append(text[pos:ce])
     snip = _oneline("".join(pieces))
-    return ("…" if cs > 0 else "") + snip + ("…" if ce < len(text) else "")
+    return ("…" if cs > 0 and not whole else "") + snip + ("…" if ce < len(text) and not whole else "")
 
 
 def _norm_of(c: Cand, sensitive: bool) -> str:

@@ -267,6 +267,10 @@ def _decide(
             reason = "3c" if ident.kind == "terraform_address" else "3b"
         elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):
             reason = "3b"
+        elif ident.sensitive and not st.creates:
+            # a credential a step printed (a token in its environment) is no handle of
+            # what it made; one a login or a create step issued is (PRINCIPLES §4)
+            reason = "-"
         else:
             return "2a"
     elif first.role == _OUT and st is not None and st.mutating is False:

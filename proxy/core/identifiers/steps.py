@@ -8,8 +8,9 @@ role that carries the text does not matter"):
   this output: …``, Cline's ``[execute_command for '…'] Result:``), in a shell transcript
   (``$ cmd`` lines), a ReAct trace (``Action:`` / ``Action Input:`` / ``Observation:``)
   or an XML call in assistant text (``<execute_command><command>…``);
-- output pasted under ``Output:`` / ``Here is the result:`` with no command: a step whose
-  state change only its output can tell;
+- output pasted under ``Output:`` / ``Here is the result:`` or in a fenced block of
+  output (not of code) with no command: a step whose state change only its output can
+  tell;
 - a note the gate itself inserted (its values were judged required before);
 - any other text: prose, a mention — no step ran.
 
@@ -54,12 +55,14 @@ _MARKERS = re.compile(
             # ReAct: "Action: tool\nAction Input: {...}\nObservation:"
             r"(?m:^)Action:[ \t]*(?P<r_tool>[^\n]+)\nAction Input:[ \t]*(?P<r_args>[^\n]*(?:\n(?!Observation:)[^\n]+)*)\n(?:Observation:[ \t]*)?",
             # "Output of `cmd`:" / "Ran `cmd`:" / "`cmd` output:" / "Running `cmd`"
-            r"(?:Output of|Ran|Running|Executed|Result of)[ \t]+`(?P<o_cmd>[^`\n]+)`[^\n]*\n" + _FENCE,
+            r"(?i:output of|(?:i )?ran|running|executed|result of)[ \t]+`(?P<o_cmd>[^`\n]+)`[^\n]*\n" + _FENCE,
             r"`(?P<p_cmd>[^`\n]+)`[ \t]+(?:output|printed|returned)[^\n]*\n" + _FENCE,
             # the gate's own repair notes: values an earlier judgement found required
             r"(?P<g_note>\[compaction-gate: (?:identifiers preserved|verbatim identifiers)[^\]\n]*\])",
             # output pasted with no command: "Here is the output:" / "Output:" / "Result:"
             r"(?m:^)(?i:here(?:'s| is) (?:the )?(?P<u_what>output|result|response)[^\n]*|(?P<u_label>output|result|response):)[ \t]*\n" + _FENCE,
+            # a fenced block of output with no command before it (a block of code is not)
+            r"(?m:^)(?P<f_fence>```(?:text|txt|console|shell|bash|sh|output|log|json|plaintext)?[ \t]*\n)(?![$%❯] )",
             # shell transcripts: "$ cmd" (optionally after user@host:path)
             r"(?m:^)(?:[\w.\-]+@[\w.\-]+:[^\n$#]*)?[$%❯][ \t]+(?P<s_cmd>[^\n]+)\n?",
         )
@@ -82,6 +85,8 @@ def _cmd_of(m: re.Match[str]) -> tuple[str | None, str | None, int, int]:
         if m.group(g) is not None:
             cmd = m.group(g).strip()
             return ("execute_command" if g == "x_cmd" else None), cmd, m.start(g), m.end(g)
+    if m.group("f_fence") is not None:
+        return PASTED_OUTPUT, None, m.start(), m.start()
     if m.group("g_note") is not None:
         return GATE_NOTE, None, m.start(), m.start()
     if m.group("u_what") is not None or m.group("u_label") is not None:
@@ -103,7 +108,8 @@ def text_steps(text: str) -> tuple[TextStep, ...]:
     if not text:
         return ()
     out: list[TextStep] = []
-    matches = list(_MARKERS.finditer(text))
+    # a fence marker only opens a block: one after an odd number of fences closes one
+    matches = [m for m in _MARKERS.finditer(text) if m.group("f_fence") is None or text.count("```", 0, m.start()) % 2 == 0]
     first = matches[0].start() if matches else len(text)
     if text[:first].strip():
         out.append(TextStep(0, 0, 0, first))

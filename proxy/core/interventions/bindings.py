@@ -20,6 +20,8 @@ TokenCounter = Callable[[str], int]
 
 #: Longest source line kept (characters); longer ones are cut with an ellipsis.
 MAX_SOURCE_CHARS = 140
+#: Longest line-it-came-from kept (characters).
+MAX_LINE_CHARS = 170
 
 
 def estimate_tokens(text: str) -> int:
@@ -46,6 +48,9 @@ class Binding:
     #: The identifier's diff identity (a fingerprint for secrets): how a repair tells that
     #: a secret it cannot show came back.
     norm: str = ""
+    #: The line the value came from (secrets redacted), shown beside it so that related
+    #: values stay distinguishable (``1a2b3c4d5e6f -> 4f9a2c1e7b3d``: which is the old head).
+    line: str = ""
 
     @property
     def fingerprint(self) -> str:
@@ -60,19 +65,21 @@ class Binding:
         return f"`{self.value}`"
 
 
-def _short(text: str) -> str:
+def _short(text: str, limit: int = MAX_SOURCE_CHARS) -> str:
     text = " ".join(text.split())
-    if len(text) > MAX_SOURCE_CHARS:
-        return text[: MAX_SOURCE_CHARS - 1] + "…"
+    if len(text) > limit:
+        return text[: limit - 1] + "…"
     return text
 
 
 def render_binding_line(b: Binding) -> str:
-    """``- `value` — kind (not regenerable); from <source>``."""
+    """``- `value` — kind (not regenerable); from <source>: "<the line it came from>"``."""
     regen = "regenerable" if b.regenerable else "not regenerable"
     line = f"- {b.display()} — {b.kind} ({regen})"
     if b.source:
         line += f"; from {_short(b.source)}"
+    if b.line and b.line.strip() != b.value and not b.sensitive:
+        line += f': "{_short(b.line, MAX_LINE_CHARS)}"'
     if b.sensitive:
         line += "; secret value withheld, re-read it from its source"
     return line

@@ -165,7 +165,17 @@ def _role(m: Any) -> str | None:
     return m.get("role") if isinstance(m, Mapping) else None
 
 
-def _insert_anthropic(body: dict[str, Any], text: str, anchor: int | None) -> Placement:
+def _block_index(blocks: list[Any], after_text: str | None) -> int | None:
+    """Index of the first text block whose text is ``after_text``."""
+    if after_text is None:
+        return None
+    for i, b in enumerate(blocks):
+        if isinstance(b, Mapping) and b.get("type") == "text" and b.get("text") == after_text:
+            return i
+    return None
+
+
+def _insert_anthropic(body: dict[str, Any], text: str, anchor: int | None, after_text: str | None = None) -> Placement:
     msgs = list(body.get("messages") or [])
     block = {"type": "text", "text": text}
     target: int | None = None
@@ -190,6 +200,12 @@ def _insert_anthropic(body: dict[str, Any], text: str, anchor: int | None) -> Pl
     msg = dict(msgs[target])
     blocks = _blocks(msg.get("content"))
     pos = _leading_tool_results(blocks) if at_front else len(blocks)
+    if target == anchor:
+        # the summary is a block of this user message, which may also hold the user's
+        # latest text (one merged turn): the note goes right after the summary block
+        found = _block_index(blocks, after_text)
+        if found is not None:
+            pos = found + 1
     blocks.insert(pos, block)
     msg["content"] = blocks
     msgs[target] = msg
@@ -207,17 +223,33 @@ def insert_note(
     *,
     anchor: int | None,
     role: NoteRole = "user",
+    after_text: str | None = None,
 ) -> tuple[dict[str, Any], Placement]:
     """Return a copy of ``body`` with ``text`` placed right after raw index ``anchor``
-    (``None``: at the start of the conversation, after leading system messages)."""
+    (``None``: at the start of the conversation, after leading system messages).
+    ``after_text``: the text of the summary itself, when the anchor message may hold more
+    than the summary (Anthropic merges a turn's text blocks into one user message): the
+    note then follows that block, not the message's last one."""
     out = dict(body)
     if dialect == "openai_chat":
         return out, _insert_chat(out, text, anchor, role)
     if dialect == "openai_responses":
         return out, _insert_responses(out, text, anchor, role)
     if dialect == "anthropic":
-        return out, _insert_anthropic(out, text, anchor)
+        return out, _insert_anthropic(out, text, anchor, after_text)
     raise PlacementError(f"cannot place a note in dialect {dialect!r}")
+
+
+#: Responses input items that ask the server to compact everything before them (the
+#: answer is an encrypted ``compaction`` item no proxy can read).
+OPAQUE_TRIGGERS = frozenset({"compaction_trigger"})
+
+
+def is_opaque_summary_request(body: Mapping[str, Any]) -> bool:
+    """Whether a Responses body asks for a server-side compaction (its input ends with a
+    trigger item): the summary it gets back is encrypted."""
+    raw = body.get("input")
+    return isinstance(raw, list) and bool(raw) and _item_type(raw[-1]) in OPAQUE_TRIGGERS
 
 
 def append_to_last_user(dialect: NoteDialect, body: Mapping[str, Any], text: str) -> dict[str, Any]:
@@ -226,8 +258,9 @@ def append_to_last_user(dialect: NoteDialect, body: Mapping[str, Any], text: str
 
     If the last message is a user message its content gets the text appended (string
     content is extended, list content gets a text block); otherwise a new user message is
-    appended (OpenAI) or the text is merged into the last user message (Anthropic, where
-    a trailing assistant message is a prefill that must stay last)."""
+    appended (OpenAI; before a trailing compaction trigger item, which must stay last) or
+    the text is merged into the last user message (Anthropic, where a trailing assistant
+    message is a prefill that must stay last)."""
     out = dict(body)
     key = "input" if dialect == "openai_responses" else "messages"
     raw = out.get(key)
@@ -254,7 +287,10 @@ def append_to_last_user(dialect: NoteDialect, body: Mapping[str, Any], text: str
             msg["content"] = _blocks(msg.get("content")) + [{"type": "text", "text": text}]
             items[idx] = msg
     elif dialect == "openai_responses":
-        items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        note = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        # a server-side compaction request must keep its trigger item last
+        at = len(items) - 1 if isinstance(last, Mapping) and _item_type(last) in OPAQUE_TRIGGERS else len(items)
+        items.insert(at, note)
     else:
         items.append({"role": "user", "content": text})
     out[key] = items

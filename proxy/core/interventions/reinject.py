@@ -65,11 +65,13 @@ def reinject(
     budget_tokens: int | None = None,
     count_tokens: TokenCounter = estimate_tokens,
     footer: str | None = None,
+    after_text: str | None = None,
 ) -> ReinjectResult:
     """Return a copy of ``body`` with one note listing ``bindings`` right after raw index
-    ``anchor`` (the summary message; ``None`` = start of the conversation)."""
+    ``anchor`` (the summary message; ``None`` = start of the conversation), after its
+    block ``after_text`` when given (see :func:`.placement.insert_note`)."""
     overhead = count_tokens(reinject_text([], footer=footer))
     kept, omitted = select_within_budget(bindings, budget_tokens, count_tokens, overhead)
     text = reinject_text(kept, omitted, footer=footer)
-    new_body, placement = insert_note(dialect, body, text, anchor=anchor, role=role)
+    new_body, placement = insert_note(dialect, body, text, anchor=anchor, role=role, after_text=after_text)
     return ReinjectResult(new_body, text, tuple(kept), tuple(omitted), placement)

@@ -27,9 +27,12 @@ def rejection_message(bindings: Sequence[Binding], *, spill_hint: str | None = N
         ),
         *render_binding_lines(bindings),
         (
-            "What to do: redo the compaction so the summary keeps each value above verbatim "
-            "(or keep the messages that contain them), then resend. Retrying this same request "
-            "will fail the same way."
+            "How to recover (either way works): (1) compact again (in Claude Code: /compact; "
+            "any agent: its summarize step) — compaction-gate adds the values above to that "
+            "summarization request, and a summary that keeps each one verbatim is accepted; "
+            "or (2) resend with each value above anywhere in the messages (for example, paste "
+            "this list into your next message). Retrying this same request unchanged will be "
+            "refused the same way."
         ),
     ]
     if spill_hint:

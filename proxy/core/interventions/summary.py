@@ -5,7 +5,9 @@ For JSON responses the body is patched; for streams :class:`SummaryStreamPatcher
 events through as they come and injects the verbatim section *before the terminal events*
 (OpenAI chat: before the ``finish_reason`` chunk; Responses: before
 ``response.output_text.done``, whose ``done``/``completed`` snapshots are patched to
-match; Anthropic: into the last text block before its ``content_block_stop`` when the next
+match — or, when a server sends no ``output_text.done``, into the message item of
+``response.output_item.done`` (what Codex CLI reads) or of the final event's
+``response.output``; Anthropic: into the last text block before its ``content_block_stop`` when the next
 event is ``message_delta``, otherwise as a new text block), so every SDK accumulates the
 same final text the JSON path would return.
 
@@ -125,6 +127,21 @@ def patch_summary_json(
 
 
 # --------------------------------------------------------------------------- streams
+
+#: Events that end a Responses stream.
+_RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.done"})
+
+
+def _is_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "message" and item.get("role", "assistant") == "assistant"
+
+
+def message_item_text(item: dict[str, Any]) -> str:
+    """The text of a Responses message item (its ``output_text`` parts)."""
+    content = item.get("content")
+    return "".join(
+        str(p.get("text", "")) for p in content or () if isinstance(p, dict) and p.get("type") == "output_text"
+    ) if isinstance(content, list) else ""
 
 
 class SummaryStreamPatcher:
@@ -266,6 +283,10 @@ class SummaryStreamPatcher:
             obj = copy.deepcopy(obj)
             obj["text"] = str(obj.get("text", "")) + section
             return [render_event(injected, "response.output_text.delta"), self._shift(ev, obj, True)]
+        if not self.done and typ == "response.output_item.done" and _is_message(obj.get("item")):
+            return self._at_message_done(ev, obj)
+        if not self.done and typ in _RESPONSES_FINAL:
+            return self._at_final(ev, obj)
         if not self._section:
             return [ev.raw]
         mutate = False
@@ -277,7 +298,7 @@ class SummaryStreamPatcher:
                 mutate = True
         elif typ == "response.output_item.done":
             mutate = self._patch_item(obj.get("item"))
-        elif typ in ("response.completed", "response.incomplete", "response.done"):
+        elif typ in _RESPONSES_FINAL:
             resp = obj.get("response") or {}
             for item in resp.get("output") or ():
                 mutate = self._patch_item(item) or mutate
@@ -286,12 +307,80 @@ class SummaryStreamPatcher:
     def _patch_item(self, item: Any) -> bool:
         if not isinstance(item, dict) or item.get("id") != self._patched_item:
             return False
-        content = item.get("content") or []
+        content = item.setdefault("content", [])
+        if not isinstance(content, list):
+            return False
         if self._patched_content < len(content) and isinstance(content[self._patched_content], dict):
             part = content[self._patched_content]
             part["text"] = str(part.get("text", "")) + self._section
             return True
+        if self._patched_content == len(content):  # the item had no text part: add one
+            content.append({"type": "output_text", "text": self._section.lstrip("\n"), "annotations": []})
+            return True
         return False
+
+    def _start_patch(self, item: dict[str, Any]) -> str:
+        """The section to append to message ``item`` (``""`` if nothing is missing); when
+        the stream carried no text deltas, the summary is the item's own text."""
+        if not self.text:
+            self.text.append(message_item_text(item))
+        section = self._compute()
+        if section:
+            self._section = section
+            self._patched_item = item.get("id")
+            raw = item.get("content")
+            content: list[Any] = raw if isinstance(raw, list) else []
+            texts = [i for i, p in enumerate(content) if isinstance(p, dict) and p.get("type") == "output_text"]
+            self._patched_content = texts[-1] if texts else len(content)
+        return section
+
+    def _at_message_done(self, ev: SSEEvent, obj: dict[str, Any]) -> list[bytes]:
+        """The message item is complete and no ``output_text.done`` came (some servers
+        never send it; Codex CLI reads the item): append to the item, and first send the
+        section as a text delta when the text was streamed as deltas."""
+        streamed = bool(self.text)
+        obj = copy.deepcopy(obj)
+        item = obj["item"]
+        section = self._start_patch(item)
+        if not section:
+            return [self._shift(ev, obj, False)]
+        out: list[bytes] = []
+        if streamed:
+            injected: dict[str, Any] = {
+                "type": "response.output_text.delta",
+                "item_id": item.get("id"),
+                "output_index": obj.get("output_index", 0),
+                "content_index": self._patched_content,
+                "delta": section,
+                "logprobs": [],
+            }
+            if isinstance(obj.get("sequence_number"), int):
+                injected["sequence_number"] = obj["sequence_number"] + self._seq_shift
+            self._seq_shift += 1
+            out.append(render_event(injected, "response.output_text.delta"))
+        self._patch_item(item)
+        return [*out, self._shift(ev, obj, True)]
+
+    def _at_final(self, ev: SSEEvent, obj: dict[str, Any]) -> list[bytes]:
+        """The response ends and no message item was reported: the summary is in the final
+        event's ``response.output`` (its last message item, or a new one)."""
+        obj = copy.deepcopy(obj)
+        resp = obj.get("response")
+        output = resp.get("output") if isinstance(resp, dict) else None
+        if not isinstance(output, list):
+            self.done = True
+            return [self._shift(ev, obj, False)]
+        messages = [i for i in output if _is_message(i)]
+        if messages:
+            section = self._start_patch(messages[-1])
+            mutate = bool(section) and self._patch_item(messages[-1])
+            return [self._shift(ev, obj, mutate)]
+        section = self._compute()
+        if not section:
+            return [self._shift(ev, obj, False)]
+        output.append({"type": "message", "id": "msg_compaction_gate", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": section.lstrip("\n"), "annotations": []}]})
+        return [self._shift(ev, obj, True)]
 
     # -- Anthropic
     def _anthropic_new_block(self, section: str) -> list[bytes]:

@@ -5,7 +5,9 @@ hallucinated binding (signal 3 of DESIGN §3).
 :func:`find_hallucinations` is the pure check. :func:`tool_calls_of_json` reads the tool
 calls of a non-streamed response; :class:`ToolCallStreamGuard` holds a stream's tool-call
 events until each call is complete, checks it, and then releases the events, replaces
-them with an error event (``block``) or adds a note (``annotate``). Text events are never
+them (``block``: on a Responses API stream by an assistant message item saying what was
+stopped, so the stream still ends with its ``response.completed``; on chat and Anthropic
+streams by an error event the SDKs raise) or adds a note (``annotate``). Text events are never
 held, so a reply without tool calls streams exactly as before. On a Responses API stream
 the note is an assistant message item added after the last output item, just before
 the final event (whose ``response.output`` then lists it too); later events'
@@ -227,6 +229,8 @@ class ToolCallStreamGuard:
         self._resp_last_index = -1  # highest output_index seen
         self._resp_last_seq: int | None = None  # highest sequence_number seen (as sent)
         self._resp_shift = 0  # events inserted so far
+        self._resp_hold_seq: int | None = None  # sequence number (as sent) of the first held event
+        self._replaced: dict[str, dict[str, Any]] = {}  # blocked call item id -> its message item
 
     def _report(self, found: list[Hallucination]) -> None:
         self.found.extend(found)
@@ -367,11 +371,16 @@ class ToolCallStreamGuard:
             if self._resp_shift:
                 obj["sequence_number"] += self._resp_shift
                 ev = SSEEvent(render_event(obj, ev.event), ev.event, None)
+        if typ in _RESPONSES_FINAL and self._replaced:
+            self._replace_in_final(obj)
+            ev = SSEEvent(render_event(obj, ev.event), ev.event, None)
         if typ in _RESPONSES_FINAL and self._notes and not self._holding:
             return [*self._responses_note(obj), render_event(obj, ev.event)]
         item = obj.get("item") if isinstance(obj.get("item"), dict) else None
         if typ == "response.output_item.added" and item and item.get("type") in ("function_call", "custom_tool_call"):
             self._resp_calls[str(item.get("id"))] = [str(item.get("name", "")), "", item.get("call_id")]
+            if not self._holding and isinstance(obj.get("sequence_number"), int):
+                self._resp_hold_seq = obj["sequence_number"]  # as sent (already shifted)
             self._holding = True
         elif typ == "response.output_item.done" and item and str(item.get("id")) in self._resp_calls:
             self._held.append(ev.raw)
@@ -379,14 +388,53 @@ class ToolCallStreamGuard:
             args = str(item.get("arguments", item.get("input", "")))
             msg = self._resolve([ToolCall(name, args, cid)])
             if msg is not None:
-                self.blocked = True
-                self._held = []
-                return [stream_error_event("responses", msg)]
+                return self._responses_block(item, obj, msg)
             if self._resp_calls:
                 return []
             held, self._held, self._holding = self._held, [], False
             return held
         return self._pass_or_hold(ev.raw)
+
+    def _responses_block(self, call: dict[str, Any], done: dict[str, Any], message: str) -> list[bytes]:
+        """Replace the held events of a blocked call by an assistant message item at the
+        same output index saying what was stopped, so the stream still ends with its own
+        ``response.completed`` (no client retries a completed response, and each shows
+        the message) and no agent executes the call — as :func:`block_json` does for a
+        JSON response. Other held calls of the same response are dropped with it."""
+        raw_index = done.get("output_index")
+        index = raw_index if isinstance(raw_index, int) else self._resp_last_index
+        held, self._held, self._holding = self._held, [], False
+        self._resp_calls.clear()
+        text = "[compaction-gate] " + message
+        item_id = f"msg_compaction_gate_{index}"
+        part = {"type": "output_text", "text": text, "annotations": []}
+        done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+        events = _message_events(done_item, index)
+        self._replaced[str(call.get("id"))] = done_item
+        if self._resp_hold_seq is not None and self._resp_last_seq is not None:
+            base = self._resp_hold_seq
+            for k, e in enumerate(events):
+                e["sequence_number"] = base + k
+            self._resp_shift += len(events) - len(held)
+        self._resp_hold_seq = None
+        return [render_event(e, e["type"]) for e in events]
+
+    def _replace_in_final(self, final: dict[str, Any]) -> None:
+        response = final.get("response")
+        if not isinstance(response, dict) or not isinstance(response.get("output"), list):
+            return
+        out: list[Any] = []
+        for item in response["output"]:
+            if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call"):
+                replacement = self._replaced.get(str(item.get("id")))
+                if replacement is not None:
+                    if replacement not in out:
+                        out.append(replacement)
+                    continue
+                if self._replaced:
+                    continue  # a blocked response runs none of its calls
+            out.append(item)
+        response["output"] = out
 
 
     def _responses_note(self, final: dict[str, Any]) -> list[bytes]:
@@ -399,16 +447,7 @@ class ToolCallStreamGuard:
         item_id = f"msg_compaction_gate_{index}"
         part = {"type": "output_text", "text": text, "annotations": []}
         done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        at = {"item_id": item_id, "output_index": index, "content_index": 0}
-        events: list[dict[str, Any]] = [
-            {"type": "response.output_item.added", "output_index": index,
-             "item": {**done_item, "status": "in_progress", "content": []}},
-            {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
-            {"type": "response.output_text.delta", **at, "delta": text},
-            {"type": "response.output_text.done", **at, "text": text},
-            {"type": "response.content_part.done", **at, "part": part},
-            {"type": "response.output_item.done", "output_index": index, "item": done_item},
-        ]
+        events = _message_events(done_item, index)
         if self._resp_last_seq is not None:  # the stream numbers its events: continue
             base = self._resp_last_seq + self._resp_shift  # the final event's number as sent
             for k, e in enumerate(events):
@@ -419,3 +458,18 @@ class ToolCallStreamGuard:
         if isinstance(response, dict) and isinstance(response.get("output"), list):
             response["output"].append(done_item)
         return [render_event(e, e["type"]) for e in events]
+
+
+def _message_events(done_item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    """The stream events of a complete assistant message item at ``index``."""
+    part = done_item["content"][0]
+    at = {"item_id": done_item["id"], "output_index": index, "content_index": 0}
+    return [
+        {"type": "response.output_item.added", "output_index": index,
+         "item": {**done_item, "status": "in_progress", "content": []}},
+        {"type": "response.content_part.added", **at, "part": {**part, "text": ""}},
+        {"type": "response.output_text.delta", **at, "delta": part["text"]},
+        {"type": "response.output_text.done", **at, "text": part["text"]},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": index, "item": done_item},
+    ]

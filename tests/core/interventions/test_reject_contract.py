@@ -15,7 +15,11 @@ def test_rejection_names_each_binding_and_what_to_do() -> None:
     msg = rejection_message([REV, UP, SECRET])
     assert REV.value in msg and UP.value in msg
     assert SECRET.value not in msg
-    assert "What to do" in msg
+    assert "How to recover" in msg
+    # both ways forward are named: compact again (the gate contracts the values), or
+    # send the values back; and retrying unchanged is said to fail
+    assert "compact again" in msg and "/compact" in msg and "paste this list" in msg
+    assert "unchanged will be refused" in msg
     low = msg.lower()
     assert not any(p in low for p in FORBIDDEN_PHRASES)
 

@@ -173,3 +173,40 @@ def test_responses_stream_patches_delta_and_snapshots() -> None:
     assert REV.value in done["text"] and done["text"].startswith("Summary.")
     seqs = [o["sequence_number"] for o in objs]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def _without(evs: list[bytes], *types: str) -> list[bytes]:
+    return [e for e in evs if parse_event(e).event not in types]
+
+
+@pytest.mark.parametrize("dropped", [
+    ("response.output_text.done",),  # a server that never sends it
+    ("response.output_text.done", "response.output_text.delta", "response.content_part.done"),  # items only
+])
+def test_responses_stream_without_text_done_patches_the_item_codex_reads(dropped: tuple[str, ...]) -> None:
+    """Codex CLI reads the summary from response.output_item.done; the section must be
+    there (and in response.completed) even when no output_text.done is sent."""
+    evs = _without(resp_stream("Summary."), *dropped)
+    p = SummaryStreamPatcher("responses", [REV, KEPT])
+    objs = [parse_event(r).json() for r in run(p, evs)]
+    item = next(o for o in objs if o["type"] == "response.output_item.done")["item"]
+    text = item["content"][0]["text"]
+    assert text.startswith("Summary.") and SECTION_OPEN in text and REV.value in text
+    assert objs[-1]["response"]["output"][0]["content"][0]["text"] == text
+    assert [b.value for b in p.appended] == [REV.value, KEPT.value]
+    deltas = "".join(o["delta"] for o in objs if o["type"] == "response.output_text.delta")
+    assert deltas in ("", text)  # streamed deltas add up to the same final text
+    seqs = [o["sequence_number"] for o in objs]
+    assert seqs == sorted(set(seqs))  # still increasing, no number used twice
+
+
+def test_responses_stream_with_only_a_completed_event_is_patched() -> None:
+    evs = [e for e in resp_stream("Summary.") if parse_event(e).event in ("response.created", "response.completed")]
+    objs = [parse_event(r).json() for r in run(SummaryStreamPatcher("responses", [REV]), evs)]
+    text = objs[-1]["response"]["output"][0]["content"][0]["text"]
+    assert text.startswith("Summary.") and REV.value in text
+
+
+def test_responses_stream_without_text_done_untouched_when_complete() -> None:
+    evs = _without(resp_stream(f"Summary: {REV.value}."), "response.output_text.done")
+    assert run(SummaryStreamPatcher("responses", [REV]), evs) == evs

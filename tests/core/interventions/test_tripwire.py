@@ -139,10 +139,52 @@ def test_responses_stream_annotate_adds_a_message_item_and_keeps_numbering() -> 
     text = note["content"][0]["text"]
     assert text.startswith("[compaction-gate warning]") and "0123456789ab" in text and "3f9a1c2b7d4e" in text
     assert objs[-1]["response"]["output"] == [json.loads(evs[4].split(b"data: ", 1)[1])["item"], note]
-    # warn passes the stream through unchanged; block replaces the call with an error event
+    # warn passes the stream through unchanged
     assert _run(ToolCallStreamGuard("responses", check, "warn"), evs) == evs
-    blocked = _run(ToolCallStreamGuard("responses", check, "block"), evs)
-    assert parse_event(blocked[-1]).json()["type"] == "error"
+
+
+def test_responses_stream_block_ends_with_a_completed_response_without_the_call() -> None:
+    """A blocked Responses stream is not cut short with a bare error event (Codex CLI
+    retries a stream that ends without response.completed, five times): the call becomes
+    an assistant message item at its index and the stream ends with its own
+    response.completed, whose output lists the message instead of the call."""
+    bad = json.dumps({"cmd": "alembic downgrade 0123456789ab"})
+    evs = _responses_stream(bad)
+    g = ToolCallStreamGuard("responses", check, "block")
+    out = [parse_event(o) for o in _run(g, evs)]
+    objs = [o.json() for o in out]
+    assert g.found and not g.blocked
+    assert [o.event for o in out] == [o["type"] for o in objs]
+    assert [o["type"] for o in objs] == [
+        "response.created", "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+        "response.output_item.done", "response.completed"]
+    assert [o["sequence_number"] for o in objs] == list(range(len(objs)))
+    assert not any("function_call" in json.dumps(o) for o in objs)  # nothing an agent could execute
+    message = objs[-2]["item"]
+    assert objs[1]["output_index"] == objs[-2]["output_index"] == 0
+    text = message["content"][0]["text"]
+    assert text.startswith("[compaction-gate]") and "0123456789ab" in text and "3f9a1c2b7d4e" in text
+    assert objs[-1]["response"]["status"] == "completed" and objs[-1]["response"]["output"] == [message]
+
+
+def test_responses_stream_block_keeps_the_text_before_the_call() -> None:
+    bad = json.dumps({"cmd": "alembic downgrade 0123456789ab"})
+    evs = _responses_stream(bad)
+    msg = {"id": "msg_0", "type": "message", "role": "assistant", "status": "completed",
+           "content": [{"type": "output_text", "text": "Rolling back.", "annotations": []}]}
+    pre = [render_event({"type": "response.output_item.done", "output_index": 0, "item": msg}, "response.output_item.done")]
+    shifted = []
+    for e in evs[1:]:
+        o = parse_event(e).json()
+        if isinstance(o.get("output_index"), int):
+            o["output_index"] += 1
+        if o["type"] == "response.completed":
+            o["response"]["output"] = [msg, *o["response"]["output"]]
+        shifted.append(render_event(o, o["type"]))
+    out = [parse_event(x).json() for x in _run(ToolCallStreamGuard("responses", check, "block"), [evs[0], *pre, *shifted])]
+    final = out[-1]["response"]["output"]
+    assert final[0] == msg and final[1]["id"] == "msg_compaction_gate_1" and len(final) == 2
 
 
 def test_responses_stream_clean_call_is_not_annotated() -> None:

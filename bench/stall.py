@@ -1,0 +1,276 @@
+"""Does one tenant's huge request stall everyone else? (issue 16)
+
+Serves the product (tracking + the default policy, SQLite state) in its own process, in
+front of two fake upstreams (one answers the large traffic, the other the probes, so a
+probe never queues behind a 10 MB reply *in the fake*), and measures the
+latency of two probes — ``GET /healthz`` and a small chat request of a conversation of
+its own — in two phases of each round, in the same run:
+
+- **quiet**: nothing else in flight;
+- **loaded**: ``--big`` (default 4) requests of ``--mb`` (default 10) MB each — a single
+  unbroken run of characters, the worst case for a tokenizer — are in flight, each
+  answered with a reply of the same size (half of them streamed); each finished one is
+  replaced at once by another, a new conversation every time.
+
+It prints p50/p99 of each probe in each phase and the ratios loaded / quiet (goal:
+p99 at most 2x). Probes are sequential, ``--interval`` ms apart; a probe's time is from
+sending its request to reading its whole response; the large traffic comes from a
+process of its own, and it and its fake upstream run at a lower CPU priority (nice 10)
+than the probes' client, so the harness's own work delays the probes as little as
+possible and what is measured is the proxy. Placement as in
+``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
+on the other.
+
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import aiohttp
+
+from bench.load import cpu_split, pct
+
+BIG_MODEL = "gpt-4o-big"
+
+
+def _serve_fake(q: Any, cpus: set[int] | None, reply_bytes: int, nice: int) -> None:
+    """A fake upstream: a reply of ``reply_bytes`` characters to ``BIG_MODEL``, "ok"
+    otherwise; at ``nice`` (the large traffic's harness yields the CPU to the probes')."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    os.nice(nice)
+    from tests.support.fake_upstream import FakeUpstream, Reply
+
+    big = "B" * reply_bytes
+
+    def reply(call: Any) -> Reply:
+        fake.requests.clear()
+        if call.model == BIG_MODEL:
+            return Reply(text=big, chunks=[big[i : i + 65536] for i in range(0, len(big), 65536)])
+        return Reply(text="ok")
+
+    async def serve() -> None:
+        await fake.start()
+        q.put(fake.url)
+        await asyncio.Event().wait()
+
+    fake = FakeUpstream(reply)
+    asyncio.run(serve())
+
+
+def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream: str, state_dir: str) -> None:
+    """The served product (tracking + the default policy, SQLite state), sending the
+    large traffic to its own fake upstream so the probes' small requests never queue
+    behind it there (only, if at all, in the proxy)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+    async def serve() -> None:
+        from pathlib import Path
+
+        from proxy.accounting import TokenAccounting
+        from proxy.config import ProxyConfig, ServerSettings, StateSettings, Upstream
+        from proxy.gate.wiring import create_gate_app
+        from proxy.server.runner import start_server
+
+        config = ProxyConfig(
+            server=ServerSettings(port=0, max_body_bytes=1 << 30),
+            upstreams=(
+                # the probes' upstream first: an openai-dialect request without a model
+                # pattern of its own goes to the first openai upstream listed
+                Upstream(name="openai", base_url=small_upstream + "/v1", dialect="openai"),
+                Upstream(name="big", base_url=big_upstream + "/v1", dialect="openai", models=(BIG_MODEL,)),
+            ),
+            state=StateSettings(path=str(Path(state_dir) / "stall.sqlite3")),
+        )
+        server = await start_server(create_gate_app(config), "127.0.0.1", 0)
+        await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
+        q.put(server.url)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def _big_body(mb: int, n: int, stream: bool) -> bytes:
+    run = chr(ord("a") + n % 26) * (mb << 20)  # one unbroken run: no whitespace, no punctuation
+    return json.dumps({"model": BIG_MODEL, "stream": stream,
+                       "messages": [{"role": "user", "content": f"{n} {run}"}]}).encode()
+
+
+def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any, done: Any) -> None:
+    """The large traffic, in a process of its own: ``big`` requests kept in flight (each
+    finished one replaced by another, a new conversation) until terminated."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    os.nice(10)  # the probes' client comes first on the harness CPUs
+    bodies = [_big_body(mb, n, stream=n % 2 == 1) for n in range(big * 2)]
+
+    async def pumps() -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as bs:
+            async def pump(slot: int) -> None:
+                n = slot
+                while True:
+                    body = bytearray(bodies[n % len(bodies)])
+                    body[-11:-4] = f"{n:07d}".encode()[-7:]  # a new conversation each time
+                    async with bs.post(url + "/v1/chat/completions", data=bytes(body),
+                                       headers={"content-type": "application/json",
+                                                "authorization": f"Bearer sk-bench-big-{slot}"}) as r:
+                        async for _ in r.content.iter_any():
+                            pass
+                    with done.get_lock():
+                        done.value += 1
+                    n += big
+
+            ready.set()
+            await asyncio.gather(*(pump(i) for i in range(big)))
+
+    asyncio.run(pumps())
+
+
+async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> tuple[float, float]:
+    t = time.perf_counter()
+    async with s.get(url + "/healthz") as r:
+        await r.read()
+    hz = time.perf_counter() - t
+    t = time.perf_counter()
+    async with s.post(url + "/v1/chat/completions", data=small,
+                      headers={"content-type": "application/json", "authorization": f"Bearer {key}"}) as r:
+        await r.read()
+        assert r.status == 200, r.status
+    return hz, time.perf_counter() - t
+
+
+async def _probes(url: str, seconds: float, interval: float, direct: str) -> tuple[list[float], list[float], list[float]]:
+    """Probe latencies (healthz, small request; and the small request sent straight to
+    its fake upstream, the harness's own share) over ``seconds``."""
+    hz: list[float] = []
+    sm: list[float] = []
+    dr: list[float] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
+        deadline = time.perf_counter() + seconds
+        i = 0
+        while time.perf_counter() < deadline:
+            small = json.dumps({"model": "gpt-4o", "messages": [
+                {"role": "user", "content": f"probe {i} of a small conversation"}]}).encode()
+            h, m = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
+            hz.append(h)
+            sm.append(m)
+            t = time.perf_counter()
+            async with s.post(direct + "/v1/chat/completions", data=small,
+                              headers={"content-type": "application/json"}) as r:
+                await r.read()
+            dr.append(time.perf_counter() - t)
+            i += 1
+            await asyncio.sleep(interval)
+    return hz, sm, dr
+
+
+def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None, direct: str
+           ) -> tuple[list[float], list[float], list[float], int]:
+    """Probe latencies with ``big`` large requests kept in flight (0: quiet); returns the
+    two lists and how many large requests completed meanwhile."""
+    if not big:
+        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        return hz, sm, dr, 0
+    ready = mp.Event()
+    done: Any = mp.Value("i", 0)
+    p = mp.Process(target=_pump_process, args=(url, big, mb, cpus, ready, done), daemon=True)
+    p.start()
+    try:
+        ready.wait(120)
+        time.sleep(1.5)  # the large requests are under way
+        before = done.value
+        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        return hz, sm, dr, done.value - before
+    finally:
+        p.terminate()
+        p.join(timeout=10)
+        time.sleep(1.0)  # let the proxy finish what was cut
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="quiet+loaded rounds; figures are medians (default 3)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="seconds of probing per phase (default 8)")
+    ap.add_argument("--interval", type=float, default=20.0, help="ms between probes (default 20)")
+    ap.add_argument("--big", type=int, default=4, help="large requests kept in flight (default 4)")
+    ap.add_argument("--mb", type=int, default=10, help="size of each large request and reply, MB (default 10)")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="harness and proxy on separate halves of the CPUs (default on)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    args = ap.parse_args(argv)
+    split = cpu_split() if args.pin else None
+    harness = split[0] if split else None
+    if harness:
+        os.sched_setaffinity(0, harness)
+    mp.set_start_method("spawn", force=True)
+    state_dir = tempfile.mkdtemp(prefix="cg-stall-")
+    q: Any = mp.Queue()
+    procs: list[mp.Process] = []
+    try:
+        urls = []
+        for nice in (0, 10):  # the probes' upstream, then the large traffic's
+            p = mp.Process(target=_serve_fake, args=(q, harness, args.mb << 20, nice), daemon=True)
+            p.start()
+            procs.append(p)
+            urls.append(q.get(timeout=60))
+        p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir),
+                       daemon=True)
+        p.start()
+        procs.append(p)
+        url = q.get(timeout=120)
+        rows: list[dict[str, float]] = []
+        for r in range(args.rounds):
+            quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0])
+            loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0])
+            row = {
+                "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
+                "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
+                "loaded_healthz_p50": pct(loaded[0], 50), "loaded_healthz_p99": pct(loaded[0], 99),
+                "loaded_small_p50": pct(loaded[1], 50), "loaded_small_p99": pct(loaded[1], 99),
+                "quiet_direct_p50": pct(quiet[2], 50), "quiet_direct_p99": pct(quiet[2], 99),
+                "loaded_direct_p50": pct(loaded[2], 50), "loaded_direct_p99": pct(loaded[2], 99),
+                "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[3],
+            }
+            rows.append(row)
+            print(f"round {r + 1}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed; "
+                  f"healthz p99 {row['quiet_healthz_p99'] * 1e3:.1f} -> {row['loaded_healthz_p99'] * 1e3:.1f} ms, "
+                  f"small p99 {row['quiet_small_p99'] * 1e3:.1f} -> {row['loaded_small_p99'] * 1e3:.1f} ms",
+                  flush=True)
+        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        where = (f"harness on CPUs {sorted(split[0])}, proxy on CPUs {sorted(split[1])}" if split
+                 else "not pinned")
+        print(f"\n{args.big} x {args.mb} MB single-run requests and replies in flight; {where}; "
+              f"medians of {args.rounds} rounds")
+        print(f"{'probe':10} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} {'p99 ratio':>10}")
+        ratios = {}
+        for probe in ("healthz", "small", "direct"):
+            q50, q99 = med[f"quiet_{probe}_p50"], med[f"quiet_{probe}_p99"]
+            l50, l99 = med[f"loaded_{probe}_p50"], med[f"loaded_{probe}_p99"]
+            ratios[probe] = l99 / q99 if q99 else float("inf")
+            print(f"{probe:10} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms {l99 * 1e3:10.1f}ms "
+                  f"{ratios[probe]:9.2f}x")
+        print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
+              "fake upstream, not through the proxy: what the loaded harness itself adds")
+        if args.json:
+            print(json.dumps({"rounds": rows, "median": med, "ratios": ratios}, indent=2))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(timeout=5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

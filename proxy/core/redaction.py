@@ -1,0 +1,99 @@
+"""Redacting secrets out of free text, with the gate's own detectors (no I/O).
+
+One list of what is secret: the identifier catalog's rules flagged ``sensitive``
+(``proxy/core/identifiers/detectors.yaml``, plus a policy's own rules). Whatever the gate
+treats as a secret — and only that — is replaced before text is written anywhere that
+outlives the request: the state store, the spill store, logs. Capability handles (lock
+tokens, lease ids, upload ids) are bindings, not credentials: the catalog decides.
+
+Cost: a long text is scanned in overlapping windows (bounded pieces of work); a first
+pass runs only the sensitive rules (their literal gates skip almost every
+text at C speed); only a text in which one of them matches is scanned with the whole
+catalog, so that overlap resolution is exactly the gate's (a higher-priority binding
+that contains a secret-looking token stays a binding; a locator holding a secret is
+redacted whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from functools import lru_cache
+
+from .identifiers.catalog import Catalog
+from .identifiers.extract import scan_text
+
+__all__ = ["has_secret", "placeholder", "redact_secrets", "sensitive_only"]
+
+
+def placeholder(kind: str) -> str:
+    """What replaces a secret of ``kind``: no character of the secret, its kind only."""
+    return f"[redacted:{kind}]"
+
+
+@lru_cache(maxsize=16)
+def _sensitive_only(catalog: Catalog) -> Catalog:
+    return Catalog(tuple(r for r in catalog.rules if r.sensitive), catalog.allowlist)
+
+
+def sensitive_only(catalog: Catalog | None = None) -> Catalog:
+    """The sensitive rules of ``catalog`` (default: the shipped detectors)."""
+    return _sensitive_only(catalog or Catalog.load_default())
+
+
+#: Texts longer than this are scanned in windows of this many characters, overlapping
+#: by :data:`OVERLAP` (more than the longest secret a detector matches, a PEM private
+#: key): each scan is a bounded piece of work, so a thread redacting megabytes lets the
+#: event loop run between pieces.
+WINDOW = 1 << 18
+OVERLAP = 1 << 15
+
+
+def _window_spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
+    if not text or not scan_text(text, sensitive_only(catalog)):
+        return []
+    return [(m.start, m.end, m.kind, m.value) for m in scan_text(text, catalog) if m.sensitive]
+
+
+def _spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
+    """Sensitive spans ``(start, end, kind, value)`` of ``text``, outermost first."""
+    if len(text) <= WINDOW:
+        found = _window_spans(text, catalog)
+    else:
+        found = []
+        for at in range(0, len(text), WINDOW - OVERLAP):
+            found += [(s + at, e + at, k, v) for s, e, k, v in _window_spans(text[at : at + WINDOW], catalog)]
+            if at + WINDOW >= len(text):
+                break
+    found.sort(key=lambda s: (s[0], -s[1]))
+    out: list[tuple[int, int, str, str]] = []
+    for span in found:
+        if out and span[0] < out[-1][1]:
+            continue  # nested in (or overlapping) a span already redacted
+        out.append(span)
+    return out
+
+
+def has_secret(text: str, catalog: Catalog | None = None) -> bool:
+    """Whether ``text`` holds anything the gate treats as a secret."""
+    return bool(_spans(text, catalog or Catalog.load_default()))
+
+
+def redact_secrets(text: str, catalog: Catalog | None = None, *, keep: Collection[str] = ()) -> str:
+    """``text`` with every secret the gate would detect replaced by
+    :func:`placeholder`; values in ``keep`` are left in clear (the caller holds them under
+    a stronger guarantee). Text without secrets is returned as is (the same object)."""
+    spans = _spans(text, catalog or Catalog.load_default())
+    if not spans:
+        return text
+    parts: list[str] = []
+    at = 0
+    for start, end, kind, value in spans:
+        if value in keep:
+            continue
+        parts.append(text[at:start])
+        parts.append(placeholder(kind))
+        at = end
+    if at == 0:
+        return text
+    parts.append(text[at:])
+    return "".join(parts)

@@ -1,0 +1,1 @@
+"""Adapters that run the gate inside other proxies (LiteLLM)."""
