@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.analysis import Analysis, analyze
@@ -225,7 +225,9 @@ def respond_to_compaction(
         st.known_norms = set(sig.known_norms)
         st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
-            st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part)
+            new = Pending(action, bindings, anchor_digest, footer, anchor_part)
+            summarized = bool(analysis.transition.summary or analysis.transition.inserted)
+            st.pending = new if summarized else _extended(st.pending, new)
         known = {b.value for b in st.lost}
         st.lost += [b for b in bindings if b.value not in known]
         req.record(
@@ -258,6 +260,19 @@ def respond_to_compaction(
         if eff.safe == "warn":
             return "warn"
     return "none"
+
+
+def _extended(earlier: Pending | None, new: Pending) -> Pending:
+    """The conversation's repair after a lossy transition that brings no summary of its
+    own (a regenerated or edited turn after the compaction): it extends the earlier
+    repair — the note stays where it was, right after the summary, byte-stable, and a
+    binding the note already restores keeps its original source. (A new summary replaces
+    the repair instead.)"""
+    if earlier is None:
+        return new
+    known = {b.value for b in earlier.bindings}
+    bindings = list(earlier.bindings) + [b for b in new.bindings if b.value not in known]
+    return replace(earlier, action=new.action, bindings=bindings, footer=new.footer or earlier.footer)
 
 
 def _still_pending(req: GateRequest, st: ConversationState) -> bool:

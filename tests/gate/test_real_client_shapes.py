@@ -207,6 +207,29 @@ def test_note_goes_right_after_the_summary_is_byte_stable_and_shows_the_line(sta
     assert json.dumps(again["messages"][0]) == json.dumps(first["messages"][0])
 
 
+def test_a_regenerated_turn_after_the_repair_keeps_the_note_where_it_was(stacks: Any) -> None:
+    """The model acts on the re-injected value; the client withdraws that turn and asks
+    again (a regenerate, a retry after an error): the value is still lost to the client,
+    and the repair stays one note right after the summary, byte for byte (not a second
+    note after the user's latest text, which would hide the question from the model)."""
+    from tests.support.fake_upstream import ToolCall
+
+    def downgrade(call: Call) -> Reply:
+        return Reply(tool_calls=[ToolCall("Bash", {"command": f"alembic downgrade {FROM}"})])
+
+    stack = stacks("default")
+    stack.fake.responder = downgrade
+    sid = str(uuid.uuid4())
+    send(stack, cc_history(), sid)
+    send(stack, cc_compacted(), sid)
+    first = stack.fake.model_requests()[-1].json
+    send(stack, cc_compacted(), sid)  # the tool call withdrawn, the same request again
+    again = stack.fake.model_requests()[-1].json
+    assert json.dumps(again["messages"]) == json.dumps(first["messages"])
+    assert json.dumps(again["messages"]).count("[compaction-gate:") == 1
+    assert again["messages"][-1]["content"][-1]["text"] == "Roll back the migration."
+
+
 def test_note_without_summary_never_splits_leading_system_and_kept_context() -> None:
     from proxy.core.analysis import analyze
     from proxy.gate.compaction import summary_anchor

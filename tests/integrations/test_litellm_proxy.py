@@ -25,6 +25,8 @@ from typing import Any
 import openai
 import pytest
 
+import proxy
+
 from tests.e2e import story
 from tests.support import BackgroundLoop
 from tests.support.fake_upstream import Call, FakeUpstream, Reply, ToolCall
@@ -93,6 +95,10 @@ class LiteLLM:
         (self.dir / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM_", "DATABASE_URL", "OPENAI_"))}
         dead = f"http://127.0.0.1:{_free_port()}"
+        # LiteLLM imports the guardrail by module path: the same gate code this test imports
+        # (an editable install's import hook is not seen by every LiteLLM import path)
+        here = str(Path(proxy.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
         env.update(
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             LITELLM_TELEMETRY="False",
@@ -125,8 +131,9 @@ class LiteLLM:
                     return
             except OSError:
                 time.sleep(0.3)
+        out = self.output()
         self.stop()
-        pytest.fail(f"LiteLLM did not start (exit {self.proc.returncode}):\n{self.output()[-4000:]}")
+        pytest.fail(f"LiteLLM did not start (exit {self.proc.returncode}):\n{out[-4000:]}")
 
     def output(self) -> str:
         self.log.flush()
