@@ -72,7 +72,9 @@ class ProtectedObligations:
         return out
 
 
-def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | None = None) -> Analysis | None:
+def analyze_request(
+    req: GateRequest, markers: Markers, st: ConversationState | None = None
+) -> Analysis | None:
     """The analysis of previous → current (``None`` for a conversation's first request)."""
     previous = req.obs.previous
     if previous is None:
@@ -81,7 +83,9 @@ def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | 
     rule: ProtectedObligations | PolicyObligations = base
     if st is not None and st.protected:
         rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
-    return analyze(previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule)
+    return analyze(
+        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule
+    )
 
 
 def summary_anchor(analysis: Analysis) -> int | None:
@@ -120,7 +124,11 @@ def summary_part(current: Snapshot, anchor: int | None, markers: Markers) -> str
 
 
 def _text_key(text: str | None) -> str | None:
-    return None if text is None else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return (
+        None
+        if text is None
+        else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    )
 
 
 def part_with_key(current: Snapshot, index: int | None, key: str | None) -> str | None:
@@ -155,7 +163,9 @@ def spill_lost_region(
     ex, prev, policy = req.ex, req.obs.previous, req.policy
     if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
         return None
-    text = render_region([prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)])
+    text = render_region(
+        [prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)]
+    )
     rec = target.store.put(
         ex.tenant,
         req.cid,
@@ -190,7 +200,11 @@ def _visible_secret_norms(req: GateRequest, current: Snapshot) -> frozenset[str]
 
 
 def respond_to_compaction(
-    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget, markers: Markers
+    req: GateRequest,
+    st: ConversationState,
+    analysis: Analysis | None,
+    spill: SpillTarget,
+    markers: Markers,
 ) -> str:
     """Apply the scoped action to the verdict (see the module docstring); returns the
     request's action so far (``none`` when there is nothing to say)."""
@@ -209,7 +223,9 @@ def respond_to_compaction(
             action = "reject"
         anchor = summary_anchor(analysis)
         anchor_digest = (
-            current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
+            current.messages[anchor].digest
+            if anchor is not None and anchor < len(current.messages)
+            else None
         )
         anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
@@ -272,7 +288,9 @@ def _extended(earlier: Pending | None, new: Pending) -> Pending:
         return new
     known = {b.value for b in earlier.bindings}
     bindings = list(earlier.bindings) + [b for b in new.bindings if b.value not in known]
-    return replace(earlier, action=new.action, bindings=bindings, footer=new.footer or earlier.footer)
+    return replace(
+        earlier, action=new.action, bindings=bindings, footer=new.footer or earlier.footer
+    )
 
 
 def _still_pending(req: GateRequest, st: ConversationState) -> bool:
@@ -285,7 +303,9 @@ def _still_pending(req: GateRequest, st: ConversationState) -> bool:
     return any(not b.sensitive and b.value not in visible for b in p.bindings)
 
 
-def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str) -> Repair:
+def repair(
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str
+) -> Repair:
     """Apply the conversation's pending repair to this request, if the request still
     lacks one of its (non-secret) bindings; a request that has them all ends it (and
     what the conversation lost is forgotten once the client sends it back)."""
@@ -298,8 +318,14 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
     p = st.pending
     if p is None:
         return Repair(action)
-    secrets_back = _visible_secret_norms(req, current) if any(b.sensitive for b in p.bindings) else frozenset()
-    still = [b for b in p.bindings if (b.norm not in secrets_back if b.sensitive else b.value not in visible)]
+    secrets_back = (
+        _visible_secret_norms(req, current) if any(b.sensitive for b in p.bindings) else frozenset()
+    )
+    still = [
+        b
+        for b in p.bindings
+        if (b.norm not in secrets_back if b.sensitive else b.value not in visible)
+    ]
     if not still:
         st.pending = None
         return Repair(action)
@@ -312,7 +338,9 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
                 transition=analysis.transition.kind if analysis is not None else None,
                 message=f"still refused: the history lacks {len(still)} binding(s) an earlier compaction dropped",
             )
-        return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
+        return Repair(
+            "reject", reject=Reject(400, rejection_message(still), code="destructive_compaction")
+        )
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
     res = reinject(
@@ -329,7 +357,8 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
     if action == "none":
         action = p.action
     reinjected = [
-        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source} for b in res.kept
+        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source}
+        for b in res.kept
     ]
     if analysis is None or not analysis.destructive:
         req.record(
