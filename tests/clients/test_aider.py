@@ -112,6 +112,26 @@ def test_audit_records_the_destructive_compaction(aider: str, tmp_path: Path, st
     assert destructive and destructive[0]["action"] == "warn" and ROLLBACK_TARGET in destructive[0]["required"]
     # nothing changed: the model, which lost the revision, invented one and aider ran it
     assert final_action(out) == INVENTED, out[-2000:]
+    # and the audit says so: the command aider suggested carries a value never seen
+    trip = events_of(stack, "tripwire")
+    assert trip and trip[-1]["action"] == "warn", [e["kind"] for e in events_of(stack)]
+    (found,) = trip[-1]["hallucinated"]
+    assert found["value"] == INVENTED and ROLLBACK_TARGET in found["expected"], found
+
+
+def test_tripwire_stops_the_invented_command_aider_would_suggest(aider: str, tmp_path: Path, stacks: Any) -> None:
+    """No tool role: the next action is the shell command the reply suggests. Under
+    ``tripwire: block`` (and no repair) the reply that suggests the invented revision
+    never reaches aider; aider shows why and which value was recorded instead."""
+    policy = tmp_path / "audit-block.yaml"
+    policy.write_text("version: 1\nname: audit-block\nextends: audit\ntripwire:\n  action: block\n")
+    story = Story(obey_contract_from=0)
+    stack, out = run_aider(aider, tmp_path / "w", str(policy), story, TURNS)
+    stacks.append(stack)
+    assert final_action(out) is None, out[-2000:]
+    assert "compaction-gate stopped a suggested command" in out and ROLLBACK_TARGET in out, out[-2000:]
+    trip = events_of(stack, "tripwire")
+    assert trip and trip[-1]["action"] == "reject" and trip[-1]["hallucinated"][0]["value"] == INVENTED
 
 
 def test_strict_refuses_and_the_values_sent_back_proceed(aider: str, tmp_path: Path, stacks: Any) -> None:
