@@ -147,3 +147,21 @@ def test_strict_refuses_and_the_values_sent_back_proceed(aider: str, tmp_path: P
     assert 1 <= len(refused) <= 3, [e["kind"] for e in refused]
     # the way forward: the values sent back (the rejection says so) — the next turn passes
     assert final_action(out) == ROLLBACK_TARGET, out[-2000:]
+
+
+def test_strict_refuses_then_aiders_own_next_compaction_keeps_the_values(
+    aider: str, tmp_path: Path, stacks: Any
+) -> None:
+    """The other way forward: nobody sends the values back. aider summarizes again at
+    its next start; that summarization call carries the gate's contract naming what the
+    refused summary lost, a summarizer that follows it keeps them, and the session goes
+    on to the right rollback."""
+    policy = tmp_path / "strict-contract-only.yaml"
+    policy.write_text("version: 1\nname: strict-contract-only\nextends: strict\ngate:\n  append_missing: false\n")
+    story = Story(obey_contract_from=2)  # ignores the first contract, follows the next ones
+    stack, out = run_aider(aider, tmp_path / "w", str(policy), story, TURNS)
+    stacks.append(stack)
+    assert "compaction-gate refused this request" in out, out[-2000:]
+    assert len(story.contracts) >= 2 and ROLLBACK_TARGET in "\n".join(story.contracts[1]), story.contracts
+    assert final_action(out) == ROLLBACK_TARGET, out[-2000:]
+    assert not any(ROLLBACK_TARGET in t for t in TURNS[1:])  # nobody sent it back after the paste
