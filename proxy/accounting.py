@@ -274,11 +274,11 @@ class TokenAccounting:
                 window = _window_from_litellm(litellm, m)
                 tokenizer, exact = prov.tokenizer, prov.exact
                 if not prov.exact:
-                    kind = None
+                    kind: str | None = None
                     try:
                         from litellm.utils import huggingface_tokenizer_kind
 
-                        kind = huggingface_tokenizer_kind(m)
+                        kind = str(huggingface_tokenizer_kind(m) or "") or None
                     except Exception:
                         kind = None
                     if kind in ("deepseek", "anthropic"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.analysis import Analysis, analyze
@@ -31,7 +31,7 @@ from ..core.signals import Obligation
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
-from .identifiers import lost_binding
+from .identifiers import extract, lost_binding
 from .request import GateRequest
 from .spill import ANONYMOUS, SpillStore
 
@@ -72,7 +72,9 @@ class ProtectedObligations:
         return out
 
 
-def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | None = None) -> Analysis | None:
+def analyze_request(
+    req: GateRequest, markers: Markers, st: ConversationState | None = None
+) -> Analysis | None:
     """The analysis of previous → current (``None`` for a conversation's first request)."""
     previous = req.obs.previous
     if previous is None:
@@ -81,7 +83,9 @@ def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | 
     rule: ProtectedObligations | PolicyObligations = base
     if st is not None and st.protected:
         rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
-    return analyze(previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule)
+    return analyze(
+        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule
+    )
 
 
 def summary_anchor(analysis: Analysis) -> int | None:
@@ -120,7 +124,11 @@ def summary_part(current: Snapshot, anchor: int | None, markers: Markers) -> str
 
 
 def _text_key(text: str | None) -> str | None:
-    return None if text is None else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return (
+        None
+        if text is None
+        else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    )
 
 
 def part_with_key(current: Snapshot, index: int | None, key: str | None) -> str | None:
@@ -155,7 +163,9 @@ def spill_lost_region(
     ex, prev, policy = req.ex, req.obs.previous, req.policy
     if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
         return None
-    text = render_region([prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)])
+    text = render_region(
+        [prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)]
+    )
     rec = target.store.put(
         ex.tenant,
         req.cid,
@@ -183,8 +193,18 @@ def _lost_bindings(req: GateRequest, analysis: Analysis) -> list[Binding]:
     return [b for b in required + extra if not policy.allowlisted(b.value)]
 
 
+def _visible_secret_norms(req: GateRequest, current: Snapshot) -> frozenset[str]:
+    """Fingerprints of the secrets the request carries (a secret a repair cannot show is
+    back when the client sends it again)."""
+    return frozenset(i.norm for i in extract(current, req.catalog) if i.sensitive)
+
+
 def respond_to_compaction(
-    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget, markers: Markers
+    req: GateRequest,
+    st: ConversationState,
+    analysis: Analysis | None,
+    spill: SpillTarget,
+    markers: Markers,
 ) -> str:
     """Apply the scoped action to the verdict (see the module docstring); returns the
     request's action so far (``none`` when there is nothing to say)."""
@@ -196,16 +216,19 @@ def respond_to_compaction(
     if analysis.destructive:
         bindings = _lost_bindings(req, analysis)
         action = eff.destructive
+        secret = any(b.sensitive for b in bindings)
+        if secret and action in ("reinject", "spill"):
+            # a required secret can be neither re-injected in clear nor spilled (the spill
+            # store redacts secrets): refuse rather than pass it silently (PRINCIPLES §4)
+            action = "reject"
         anchor = summary_anchor(analysis)
         anchor_digest = (
-            current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
+            current.messages[anchor].digest
+            if anchor is not None and anchor < len(current.messages)
+            else None
         )
         anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
-        if action == "spill" and any(b.sensitive for b in bindings):
-            # a spill never holds a secret (its store redacts them): a required secret
-            # would be lost silently, so the compaction is refused instead
-            action = "reject"
         if action == "spill":
             footer = spill_lost_region(req, analysis, bindings, spill)
             if footer is None:  # anonymous tenant: nobody could read it back
@@ -218,7 +241,9 @@ def respond_to_compaction(
         st.known_norms = set(sig.known_norms)
         st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
-            st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part)
+            new = Pending(action, bindings, anchor_digest, footer, anchor_part)
+            summarized = bool(analysis.transition.summary or analysis.transition.inserted)
+            st.pending = new if summarized else _extended(st.pending, new)
         known = {b.value for b in st.lost}
         st.lost += [b for b in bindings if b.value not in known]
         req.record(
@@ -253,6 +278,21 @@ def respond_to_compaction(
     return "none"
 
 
+def _extended(earlier: Pending | None, new: Pending) -> Pending:
+    """The conversation's repair after a lossy transition that brings no summary of its
+    own (a regenerated or edited turn after the compaction): it extends the earlier
+    repair — the note stays where it was, right after the summary, byte-stable, and a
+    binding the note already restores keeps its original source. (A new summary replaces
+    the repair instead.)"""
+    if earlier is None:
+        return new
+    known = {b.value for b in earlier.bindings}
+    bindings = list(earlier.bindings) + [b for b in new.bindings if b.value not in known]
+    return replace(
+        earlier, action=new.action, bindings=bindings, footer=new.footer or earlier.footer
+    )
+
+
 def _still_pending(req: GateRequest, st: ConversationState) -> bool:
     """Whether the conversation's pending repair still applies to this request (it lacks
     one of the repair's non-secret bindings)."""
@@ -263,7 +303,9 @@ def _still_pending(req: GateRequest, st: ConversationState) -> bool:
     return any(not b.sensitive and b.value not in visible for b in p.bindings)
 
 
-def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str) -> Repair:
+def repair(
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str
+) -> Repair:
     """Apply the conversation's pending repair to this request, if the request still
     lacks one of its (non-secret) bindings; a request that has them all ends it (and
     what the conversation lost is forgotten once the client sends it back)."""
@@ -276,8 +318,15 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
     p = st.pending
     if p is None:
         return Repair(action)
-    still = [b for b in p.bindings if b.sensitive or b.value not in visible]
-    if not [b for b in still if not b.sensitive] and not (p.action == "reject" and still):
+    secrets_back = (
+        _visible_secret_norms(req, current) if any(b.sensitive for b in p.bindings) else frozenset()
+    )
+    still = [
+        b
+        for b in p.bindings
+        if (b.norm not in secrets_back if b.sensitive else b.value not in visible)
+    ]
+    if not still:
         st.pending = None
         return Repair(action)
     if p.action == "reject":
@@ -289,7 +338,9 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
                 transition=analysis.transition.kind if analysis is not None else None,
                 message=f"still refused: the history lacks {len(still)} binding(s) an earlier compaction dropped",
             )
-        return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
+        return Repair(
+            "reject", reject=Reject(400, rejection_message(still), code="destructive_compaction")
+        )
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
     res = reinject(
@@ -306,7 +357,8 @@ def repair(req: GateRequest, st: ConversationState, analysis: Analysis | None, a
     if action == "none":
         action = p.action
     reinjected = [
-        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source} for b in res.kept
+        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source}
+        for b in res.kept
     ]
     if analysis is None or not analysis.destructive:
         req.record(
