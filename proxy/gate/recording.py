@@ -97,6 +97,17 @@ class DecisionRecorder:
         self.policies = policies
         self.metrics = metrics
 
+    def _fields(self, ex: Exchange, cid: str | None) -> dict[str, Any]:
+        """What every event says of its request."""
+        return {
+            "conversation": cid,
+            "tenant": ex.tenant,
+            "route": ex.path,
+            "model": ex.model,
+            "request_id": ex.request_id,
+            "policy": self.policies.policy.name,
+        }
+
     def record(
         self,
         ex: Exchange,
@@ -107,17 +118,7 @@ class DecisionRecorder:
         **details: Any,
     ) -> None:
         """Record one decision about request ``ex`` of conversation ``cid``."""
-        ev = self.events.add(
-            kind,
-            action,
-            conversation=cid,
-            tenant=ex.tenant,
-            route=ex.path,
-            model=ex.model,
-            request_id=ex.request_id,
-            policy=self.policies.policy.name,
-            **details,
-        )
+        ev = self.events.add(kind, action, **self._fields(ex, cid), **details)
         metrics = self.metrics
 
         def counted() -> None:
@@ -143,16 +144,6 @@ class DecisionRecorder:
         """Record a decision that cannot reach the store (it is unavailable): kept in
         this process's event log only (handed to the store when it is back), counted
         and logged at once."""
-        ev = self.events.add_local(
-            kind,
-            action,
-            conversation=cid,
-            tenant=ex.tenant,
-            route=ex.path,
-            model=ex.model,
-            request_id=ex.request_id,
-            policy=self.policies.policy.name,
-            **details,
-        )
+        ev = self.events.add_local(kind, action, **self._fields(ex, cid), **details)
         count_metrics(self.metrics, kind, action, details)
         log_decision(ex, cid, kind, action, ev)

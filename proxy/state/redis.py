@@ -52,7 +52,7 @@ from proxy.state.records import (
     stored_text,
 )
 from proxy.state.spill import SpillRecord, SpillStorage, spill_from_row, spill_row
-from proxy.state.store import Store
+from proxy.state.store import SharedStore
 
 __all__ = ["RedisStore", "redact_url"]
 
@@ -184,14 +184,12 @@ class _Pipeline:
                 fut.set_result(r)
 
 
-class RedisStore(Store):
+class RedisStore(SharedStore):
     """A shared store in Redis at ``url`` (``redis://[:password@]host:port/db``,
     ``rediss://`` for TLS). ``ttl_seconds``: a conversation's keys expire that long
     after its last commit; ``max_timeline``/``max_events``: kept per conversation;
     ``max_log``: the store-wide event log; ``timeout``: seconds to connect and per
     call."""
-
-    shared = True
 
     def __init__(
         self,
@@ -537,33 +535,11 @@ class RedisStore(Store):
 
     # -- the sole-store API: a shared store is never written or loaded that way
 
-    async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
-        return []  # conversations are synced per namespace, on demand
-
     async def load_messages(self, digests: Iterable[str]) -> dict[str, Message]:
         raise NotImplementedError("a Redis store loads messages per conversation: use history()")
 
     async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
         raise NotImplementedError("a Redis store loads blobs per conversation: use blobs()")
-
-    def save_conversation(self, rec: ConversationRecord) -> None:
-        raise NotImplementedError("a shared store is written with commit()")
-
-    def put_messages(self, msgs: Iterable[Message]) -> None:
-        raise NotImplementedError("a shared store is written with commit()")
-
-    def put_blob(self, key: str, text: str) -> None:
-        raise NotImplementedError("a shared store is written with commit()")
-
-    def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
-        raise NotImplementedError("a shared store is written with side()")
-
-    def put_event(self, conversation_id: str, event: GateEvent) -> None:
-        raise NotImplementedError("a shared store is written with side()")
-
-    def delete(self, conversation_ids: Iterable[str]) -> None:
-        """Nothing: conversations expire by TTL and :meth:`sweep` (another replica may
-        still be using one this process evicts from its cache)."""
 
 
 class RedisSpills(SpillStorage):

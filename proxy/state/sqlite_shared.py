@@ -46,7 +46,7 @@ from proxy.state.records import (
 )
 from proxy.state.redis_scripts import SPLICE_LOG
 from proxy.state.sqlite import _SCHEMA, DIGEST_CHUNK, _blob_value
-from proxy.state.store import Store
+from proxy.state.store import SharedStore
 
 __all__ = ["SharedSQLiteStore"]
 
@@ -90,10 +90,8 @@ def _keep_since(splices: str, floor: int, hlen: int, cursor: int, full: bool) ->
     return keep
 
 
-class SharedSQLiteStore(Store):
+class SharedSQLiteStore(SharedStore):
     """A shared store in the SQLite file ``path`` (see the module docstring)."""
-
-    shared = True
 
     def __init__(
         self,
@@ -524,26 +522,3 @@ class SharedSQLiteStore(Store):
 
     async def sweep(self, now: float, ttl_seconds: float, max_conversations: int) -> int:
         return await self._call(self._sweep, now - ttl_seconds, max_conversations)
-
-    # -- the sole-store API is not used on a shared store
-
-    async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
-        return []
-
-    def save_conversation(self, rec: ConversationRecord) -> None:
-        raise NotImplementedError("a shared store is written with commit()")
-
-    def put_messages(self, msgs: Iterable[Message]) -> None:
-        raise NotImplementedError("a shared store is written with commit()")
-
-    def put_blob(self, key: str, text: str) -> None:
-        raise NotImplementedError("a shared store is written with commit()")
-
-    def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
-        raise NotImplementedError("a shared store is written with side()")
-
-    def put_event(self, conversation_id: str, event: GateEvent) -> None:
-        raise NotImplementedError("a shared store is written with side()")
-
-    def delete(self, conversation_ids: Iterable[str]) -> None:
-        """Nothing: conversations are forgotten by :meth:`sweep`."""

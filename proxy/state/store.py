@@ -32,7 +32,7 @@ from proxy.core.messages import Message
 from proxy.state.protocol import Commit, Committed, SideWrite, Synced
 from proxy.state.records import ConversationRecord, GateEvent, TimelineEntry
 
-__all__ = ["Store"]
+__all__ = ["SharedStore", "Store"]
 
 
 class Store(ABC):
@@ -145,3 +145,33 @@ class Store(ABC):
 
     async def ping(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Raise :class:`~proxy.state.protocol.StateUnavailable` unless reachable."""
+
+
+class SharedStore(Store):
+    """Base of the shared stores: the sole-store write API is not theirs (they are
+    written with :meth:`commit` and :meth:`side`), and nothing is loaded at start
+    (conversations are synced per namespace, on demand)."""
+
+    shared = True
+
+    async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
+        return []
+
+    def save_conversation(self, rec: ConversationRecord) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_messages(self, msgs: Iterable[Message]) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_blob(self, key: str, text: str) -> None:
+        raise NotImplementedError("a shared store is written with commit()")
+
+    def put_timeline(self, conversation_id: str, entry: TimelineEntry) -> None:
+        raise NotImplementedError("a shared store is written with side()")
+
+    def put_event(self, conversation_id: str, event: GateEvent) -> None:
+        raise NotImplementedError("a shared store is written with side()")
+
+    def delete(self, conversation_ids: Iterable[str]) -> None:
+        """Nothing: conversations expire (TTL) and are forgotten by :meth:`sweep` —
+        another process may still be using one this process evicts from its cache."""
