@@ -16,6 +16,7 @@ memory, in clear, and nothing changes).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,15 @@ COMPACTION_KINDS = frozenset({"compacted", "summarize", "truncate", "mask", "edi
 def stored_text(text: str) -> str:
     """``text`` as it may be written to a store: its secrets redacted."""
     return redact_secrets(text)
+
+
+#: Metadata fields that are numbers (or ``None``): never redacted.
+_NUMERIC_META = frozenset(
+    {"created", "last_seen", "request_len", "tokens", "window", "exact", "seq", "event_seq", "compactions", "side_requests"}
+)
+
+#: :func:`stored_text` of metadata JSON, remembered (pure; thread-safe).
+_stored_json = functools.lru_cache(maxsize=1024)(stored_text)
 
 
 @dataclass
@@ -201,7 +211,16 @@ class ConversationRecord:
 
     @staticmethod
     def meta_dict_to_json(d: dict[str, Any]) -> str:
-        return stored_text(json.dumps(d, separators=(",", ":")))
+        """The stored JSON of :meth:`meta_dict`. The counters and times (numbers, which
+        change at every commit and hold no text) are written as they are; the rest —
+        ids, model, gate state, side digests, which seldom change — is redacted as one
+        JSON text, remembered (a shared store writes the metadata at every commit)."""
+        numbers = {k: v for k, v in d.items() if k in _NUMERIC_META and (v is None or isinstance(v, (int, float)))}
+        text = _stored_json(json.dumps({k: v for k, v in d.items() if k not in numbers}, separators=(",", ":")))
+        if not numbers:
+            return text
+        plain = json.dumps(numbers, separators=(",", ":"))
+        return plain if text == "{}" else plain[:-1] + "," + text[1:]
 
     def digests_text(self) -> str:
         return ",".join(self.digests)
