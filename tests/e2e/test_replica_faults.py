@@ -84,9 +84,12 @@ async def test_a_replica_killed_mid_conversation_leaves_its_repair_to_the_others
     expected_answers, expected_events = await _reference(fake, [*before, compacted, after[0]])
     assert expected_answers[-2:] == [(200, "reinject"), (200, "reinject")]  # the reference repairs both
     redis = RedisServer(tmp_path / "redis").start()
-    a = await start_serve(_serve_config(fake, redis.url), _dir(tmp_path / "a"))
-    b = await start_serve(_serve_config(fake, redis.url), _dir(tmp_path / "b"))
+    started: list[ServeProcess] = []
     try:
+        a = await start_serve(_serve_config(fake, redis.url), _dir(tmp_path / "a"))
+        started.append(a)
+        b = await start_serve(_serve_config(fake, redis.url), _dir(tmp_path / "b"))
+        started.append(b)
         async with aiohttp.ClientSession() as session:
             answers = []
             for n, req in enumerate(before):  # the conversation alternates between them
@@ -108,9 +111,9 @@ async def test_a_replica_killed_mid_conversation_leaves_its_repair_to_the_others
             assert [(e["kind"], e["action"]) for e in events] == expected_events
             assert ("tripwire", "reject") in expected_events  # A armed it, and it fired
     finally:
-        if a.proc.returncode is None:
-            await a.stop()
-        await b.stop()
+        for served in started:
+            if served.proc.returncode is None:
+                await served.stop()
         redis.stop()
         await fake.close()
 
@@ -125,8 +128,9 @@ async def test_redis_crash_with_an_append_only_file_loses_no_acknowledged_state(
     fake = FakeUpstream(responder([*before, compacted, *after]))
     await fake.start()
     redis = RedisServer(tmp_path / "redis", aof=True).start()
-    gate = await start_serve(_serve_config(fake, redis.url), _dir(tmp_path / "gate"))
+    gate: ServeProcess | None = None
     try:
+        gate = await start_serve(_serve_config(fake, redis.url), _dir(tmp_path / "gate"))
         async with aiohttp.ClientSession() as session:
             for req in before:
                 assert (await _post(session, gate.url, req))[0] == 200
@@ -149,7 +153,8 @@ async def test_redis_crash_with_an_append_only_file_loses_no_acknowledged_state(
             for e in events_before:  # every event acknowledged before the crash is still there
                 assert (e["kind"], e["action"], e.get("request_id")) in survived
     finally:
-        await gate.stop()
+        if gate is not None:
+            await gate.stop()
         redis.stop()
         await fake.close()
 

@@ -99,7 +99,12 @@ async def test_two_workers_share_the_port_the_state_and_the_metrics(tmp_path: Pa
         state = {"backend": "redis", "url": redis.url}
     else:
         state = {"backend": "sqlite", "path": str(tmp_path / "state.sqlite3")}
-    gate = await start_serve(_config(fake, state), tmp_path)
+    try:
+        gate = await start_serve(_config(fake, state), tmp_path)
+    except BaseException:
+        if redis is not None:
+            redis.stop()
+        raise
     try:
         pids = await _pids(gate.url, 2)
         assert gate.proc.pid not in pids  # the supervisor does not serve

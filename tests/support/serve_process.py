@@ -63,17 +63,23 @@ async def start_serve(config: dict[str, Any], workdir: Path, *, extra_env: dict[
     )
     assert proc.stderr is not None
     lines: list[bytes] = []
-    while True:
-        line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
-        if not line:
-            raise AssertionError(f"serve exited before listening: {b''.join(lines)!r}")
-        lines.append(line)
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("msg") == "listening":
-            break
+    try:
+        while True:
+            line = await asyncio.wait_for(proc.stderr.readline(), timeout=60)
+            if not line:
+                raise AssertionError(f"serve exited before listening: {b''.join(lines)!r}")
+            lines.append(line)
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("msg") == "listening":
+                break
+    except BaseException:  # never leave a process behind that the caller cannot stop
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
     sp = ServeProcess(proc, record["url"], lines)
     sp._reader = asyncio.create_task(sp._read())
     return sp
