@@ -175,14 +175,16 @@ class ReplicaSync:
         assert rep is not None
         new = ch.record
         cid = new.id
-        if rep.busy(cid) is not None:  # being committed here: read it again afterwards
-            rep.reload.setdefault(new.namespace, set()).add(cid)
-            return ()
         if ch.ver and ch.ver < rep.seen.get(cid, 0):
             return ()  # an older answer than what is cached
         old = self._recs.get(cid)
         if old is not None and old.etag == new.etag:
+            # what is cached (often this process's own commit, sent back because other
+            # commits came between): nothing to read, even while a change is in progress
             rep.seen[cid] = max(ch.ver, rep.seen.get(cid, 0))
+            return ()
+        if rep.busy(cid) is not None:  # being committed here: read it again afterwards
+            rep.reload.setdefault(new.namespace, set()).add(cid)
             return ()
         if ch.keep and (old is None or ch.keep > len(old.digests)):
             rep.reload.setdefault(new.namespace, set()).add(cid)
