@@ -282,11 +282,19 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
         async with aiohttp.ClientSession(connector=conn) as s:
 
             async def one(url: str, agent: Agent, body: bytes) -> float:
-                t0 = time.perf_counter()
-                async with s.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
-                    data = await r.read()
-                    if r.status != 200:
-                        raise RuntimeError(f"{url}: HTTP {r.status}: {data[:200]!r}")
+                for attempt in (1, 2):
+                    t0 = time.perf_counter()
+                    try:
+                        async with s.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+                            data = await r.read()
+                            if r.status != 200:
+                                raise RuntimeError(f"{url}: HTTP {r.status}: {data[:200]!r}")
+                        break
+                    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                        # a server that closes idle keep-alive connections (uvicorn's 5 s):
+                        # the pooled connection was gone; the new one is timed from scratch
+                        if attempt == 2:
+                            raise
                 dt = time.perf_counter() - t0
                 agent.take(data)
                 return dt
