@@ -216,6 +216,29 @@ def looks_like_summary(candidate: str, lost_text: str, markers: Markers = NO_MAR
     return frac >= 0.5 or (shared >= 8 and frac >= 0.15) or (says_summary and shared >= 3)
 
 
+def last_turn_start(messages: Sequence[Message]) -> int:
+    """Where the history's last turn begins: its trailing assistant message(s) — the
+    reply — and the user message they answer, if it directly precedes them. (In an
+    agent loop driven by tool results the last turn is the reply alone.)"""
+    i = len(messages) - 1
+    while i >= 0 and messages[i].role == "assistant":
+        i -= 1
+    if i >= 0 and messages[i].role == "user" and i < len(messages) - 1:
+        return i
+    return i + 1
+
+
+def within_last_turn(t: Transition, before: Snapshot) -> bool:
+    """Whether the transition changed nothing but ``before``'s last turn (see
+    :func:`last_turn_start`): an edited or regenerated last turn, a reply the client
+    replaced with its own message, a fork of the last turn — not a compaction of the
+    history, whatever its kind. The system prompt and the rest are unchanged."""
+    lost = t.lost_region
+    if not lost or t.system_changed:
+        return False
+    return lost[0] >= last_turn_start(before.messages)
+
+
 # --------------------------------------------------------------------------- classify
 
 
@@ -309,8 +332,22 @@ def _gaps(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> lis
     return gaps
 
 
+#: ``_content_key`` by message digest: histories are resent, their messages' keys are not
+#: recomputed on every request that is not an append (bounded, oldest out first).
+_KEYS: dict[str, tuple[str, str]] = {}
+_MAX_KEYS = 1 << 16
+
+
 def _content_key(m: Message) -> tuple[str, str]:
-    return m.role, " ".join(m.text.split())
+    """Role and text up to whitespace."""
+    if not m.digest:
+        return m.role, " ".join(m.text.split())
+    key = _KEYS.get(m.digest)
+    if key is None:
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.pop(next(iter(_KEYS), ""), None)
+        key = _KEYS[m.digest] = (m.role, " ".join(m.text.split()))
+    return key
 
 
 def _only_moved(

@@ -28,6 +28,7 @@ from ..core.interventions.spill import render_region, spill_note
 from ..core.markers import Markers, fold
 from ..core.messages import Snapshot
 from ..core.signals import Obligation
+from ..core.transition import within_last_turn
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
@@ -84,7 +85,12 @@ def analyze_request(
     if st is not None and st.protected:
         rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
     return analyze(
-        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule
+        previous,
+        req.obs.current,
+        markers=markers,
+        catalog=req.catalog,
+        obligation_rule=rule,
+        quick_survival=True,
     )
 
 
@@ -260,7 +266,11 @@ def respond_to_compaction(
             message=f"{analysis.transition.kind} dropped {len(analysis.required_missing)} required binding(s)",
         )
         return action
-    if analysis.transition.kind != "append" and not _still_pending(req, st):
+    previous = req.obs.previous
+    last_turn = previous is not None and within_last_turn(analysis.transition, previous)
+    # an edited, regenerated or replaced last turn that lost nothing required is an
+    # ordinary turn: tracked (the timeline has its kind), not a compaction event
+    if analysis.transition.kind != "append" and not last_turn and not _still_pending(req, st):
         # (a request the pending repair still answers — a refused request resent with other
         # tools, say — is judged by that repair, not logged "safe")
         req.record(
