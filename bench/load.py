@@ -256,10 +256,12 @@ def cpu_seconds(pid: int) -> float:
 async def run_all(targets: dict[str, str], size: int, agents: int, requests: int, warmup: int,
                   seed: int, pids: dict[str, int] | None = None, settle: float = SETTLE_SECONDS,
                   gap: float = 0.0, make_agent: Callable[[int, int], Agent] = Agent,
+                  first: dict[str, list[float]] | None = None,
                   ) -> dict[str, tuple[list[float], float, float]]:
     """Every target gets its own population of agents (same seeds, same histories), each
     built by ``make_agent(seed, size)``: it makes each request's body (``next_body``) and
-    takes its reply's bytes (``take``).
+    takes its reply's bytes (``take``). ``first``, if given, gets per target the latencies
+    of the first round (each agent's history seen for the first time; not measured).
     Requests are interleaved: in each round every target, in a shuffled order, gets one
     request from each of its agents (concurrently), so load from anything else on the
     machine hits all targets alike, followed by ``gap`` seconds of pause (so work a
@@ -316,6 +318,8 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
                     if k >= warmup:
                         busy[name] += time.perf_counter() - t0
                         lat[name].extend(dts)
+                    elif k == 0 and first is not None:
+                        first.setdefault(name, []).extend(dts)
                     if gap:
                         await asyncio.sleep(gap)
             cpu = {name: (cpu_seconds(pid) - cpu0[name]) / (requests * agents) for name, pid in (pids or {}).items()}

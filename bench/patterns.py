@@ -18,7 +18,8 @@ served compaction-gate (tracking plus the default policy, SQLite state) and, whe
 in one run with requests interleaved round by round (:func:`bench.load.run_all`).
 
 For every cell it prints requests/s, p50/p99 latency, CPU per request of each server
-process (all threads) and its RSS after the cell, then the issue-15 ratios: gate rps /
+process (all threads), its RSS after the cell and the slowest first request of the
+cell's agents (their histories seen for the first time, in the unmeasured warm-up), then the issue-15 ratios: gate rps /
 bare rps, gate rps / LiteLLM rps, gate p99 / bare p99, and per pattern the growth of
 gate CPU per request from the smallest to the largest history against bare's growth.
 
@@ -40,6 +41,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -171,23 +174,27 @@ def cell(targets: dict[str, str], pids: dict[str, int], pattern: str, stream: bo
          requests: int, warmup: int, seed: int, gap: float) -> dict[str, dict[str, float]]:
     """One interleaved run of ``pattern``: per target rps, p50, p99 (s), CPU s/request and
     RSS MB after it."""
+    first: dict[str, list[float]] = {}
     runs = asyncio.run(load.run_all(
         targets, size, agents, requests, warmup, seed, pids=pids, gap=gap,
-        make_agent=lambda s, n: PatternAgent(s, n, pattern, stream)))
+        make_agent=lambda s, n: PatternAgent(s, n, pattern, stream), first=first))
     out: dict[str, dict[str, float]] = {}
     for name, (lat, busy, cpu) in runs.items():
         out[name] = {"rps": len(lat) / busy, "p50": load.pct(lat, 50), "p99": load.pct(lat, 99), "cpu": cpu,
-                     "rss_mb": _rss_mb(pids[name]) if name in pids else float("nan")}
+                     "rss_mb": _rss_mb(pids[name]) if name in pids else float("nan"),
+                     "first_max": max(first.get(name, [float("nan")]))}
     return out
 
 
 def _print_cell(key: str, fig: dict[str, dict[str, float]]) -> None:
     print(f"\n{key}")
-    print(f"  {'target':8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>9} {'CPU ms/req':>11} {'RSS MB':>7}")
+    print(f"  {'target':8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>9} {'CPU ms/req':>11} {'RSS MB':>7} "
+          f"{'first-seen ms':>14}")
     for name, r in fig.items():
         cpu = f"{r['cpu'] * 1e3:11.2f}" if r["cpu"] == r["cpu"] else f"{'-':>11}"
         rss = f"{r['rss_mb']:7.0f}" if r["rss_mb"] == r["rss_mb"] else f"{'-':>7}"
-        print(f"  {name:8} {r['rps']:8.1f} {r['p50'] * 1e3:8.2f} {r['p99'] * 1e3:9.2f} {cpu} {rss}")
+        print(f"  {name:8} {r['rps']:8.1f} {r['p50'] * 1e3:8.2f} {r['p99'] * 1e3:9.2f} {cpu} {rss} "
+              f"{r['first_max'] * 1e3:14.1f}")
     g, b = fig["gate"], fig["bare"]
     line = (f"  gate/bare rps {load._ratio(g['rps'], b['rps']):.2f}x, gate p99 / bare p99 "
             f"{load._ratio(g['p99'], b['p99']):.2f}x")
@@ -209,12 +216,15 @@ def print_summary(results: dict[str, dict[str, dict[str, float]]], args: argpars
         for pattern in args.patterns:
             for stream in args.stream:
                 for size in args.sizes:
-                    fig = results[_key(pattern, stream, size, agents)]
+                    fig = results.get(_key(pattern, stream, size, agents))
+                    if fig is None:
+                        print(f"  {_key(pattern, stream, size, agents):44} failed (see above)")
+                        continue
                     g, b = fig["gate"], fig["bare"]
                     vs_l = f"{load._ratio(g['rps'], fig['litellm']['rps']):11.2f}x" if "litellm" in fig else f"{'-':>12}"
                     growth = f"{'':>15}"
-                    if size == hi and hi != lo:
-                        small = results[_key(pattern, stream, lo, agents)]
+                    small = results.get(_key(pattern, stream, lo, agents))
+                    if size == hi and hi != lo and small is not None:
                         gg = load._ratio(g["cpu"], small["gate"]["cpu"])
                         bg = load._ratio(b["cpu"], small["bare"]["cpu"])
                         growth = f"{gg:5.2f}/{bg:4.2f}={load._ratio(gg, bg):4.2f}x"
@@ -261,8 +271,12 @@ def main(argv: list[str] | None = None) -> int:
                     for stream in args.stream:
                         seed += 1  # a fresh population per cell: the servers keep their state
                         key = _key(pattern, stream, size, agents)
-                        results[key] = cell(targets, pids, pattern, stream, size, agents, args.requests,
-                                            args.warmup, seed, args.gap / 1e3)
+                        try:
+                            results[key] = cell(targets, pids, pattern, stream, size, agents, args.requests,
+                                                args.warmup, seed, args.gap / 1e3)
+                        except (RuntimeError, aiohttp.ClientError) as exc:  # say so, measure the rest
+                            print(f"\n{key}: FAILED: {str(exc)[:300]}")
+                            continue
                         _print_cell(key, results[key])
         print_summary(results, args)
         print(f"load average at the end {os.getloadavg()[0]:.1f}")

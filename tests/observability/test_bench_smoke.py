@@ -101,4 +101,5 @@ def test_bench_patterns_plays_every_pattern_streamed_and_not() -> None:
             assert r["rps"] > 0 and r["p99"] >= r["p50"] > 0
             if name != "direct":
                 assert r["cpu"] > 0 and r["rss_mb"] > 0
+            assert r["first_max"] > 0
     assert "replaced streamed, 20 messages, 2 agents" in out.split("summary")[1]
