@@ -363,18 +363,23 @@ def _only_moved(
     if not lost_idx or agent is not None:
         return None
     present = {_content_key(m) for m in new_msgs}
-    old_keys = {_content_key(m) for m in old_msgs}
-    # a re-rendered twin is a new message: one that was already in the history (another
-    # pasted `I ran this command:` output, say) re-renders nothing
-    fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
-    heads = {_head_key(m) for m in fresh}
+    fresh: list[Message] | None = None
+    heads: set[tuple[str, str]] = set()
     for i in lost_idx:
         if not 0 <= i < len(old_msgs):
             continue
         m = old_msgs[i]
         if _content_key(m) in present:
             continue
-        if m.tool_results or m.tool_calls or _head_key(m) not in heads:
+        if m.tool_results or m.tool_calls:
+            return None
+        if fresh is None:
+            # a re-rendered twin is a new message: one that was already in the history
+            # (another pasted `I ran this command:` output, say) re-renders nothing
+            old_keys = {_content_key(x) for x in old_msgs}
+            fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
+            heads = {_head_key(x) for x in fresh}
+        if _head_key(m) not in heads:
             return None
         # a setup message re-rendered with fresh content (aider's "I have *added these
         # files to the chat*" carries the files as they are now): the same message, still

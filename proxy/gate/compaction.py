@@ -320,12 +320,14 @@ def repair(
     lacks one of its (non-secret) bindings; a request that has them all ends it (and
     what the conversation lost is forgotten once the client sends it back)."""
     current, policy = req.obs.current, req.policy
+    p = st.pending
+    if not st.lost and p is None:
+        return Repair(action)  # nothing to look for: the history's text is not read
     visible = current.visible_text()
     if st.lost:
         st.lost = [b for b in st.lost if b.sensitive or b.value not in visible]
         if not [b for b in st.lost if not b.sensitive]:
             st.lost = []
-    p = st.pending
     if p is None:
         return Repair(action)
     secrets_back = (

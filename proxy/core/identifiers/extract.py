@@ -518,8 +518,16 @@ def extract_messages(
     judged by provenance (which needs the whole history): regenerability is the
     source/kind default. Only those messages' texts are read."""
     cat = catalog or Catalog.load_default()
-    calls, links = _link_calls(snapshot, cache)
-    return _scan_snapshot(snapshot, cat, cache, calls, links, frozenset(indexes))
+    only = frozenset(indexes)
+    msgs = snapshot.messages
+    if any(p.kind == "tool_result" for i in only if 0 <= i < len(msgs) for p in msgs[i].parts):
+        calls, links = _link_calls(snapshot, cache)  # a result's call may be anywhere before it
+    else:  # a call's own class is all its part needs
+        calls = [_CallInfo(mi, pi, p.tool_name, p.tool_call_id, _classify_cached(msgs[mi], pi, p, cache))
+                 for mi in sorted(i for i in only if 0 <= i < len(msgs))
+                 for pi, p in enumerate(msgs[mi].parts) if p.kind == "tool_call"]
+        links = {}
+    return _scan_snapshot(snapshot, cat, cache, calls, links, only)
 
 
 def extract_snapshot(
