@@ -376,6 +376,12 @@ class TokenAccounting:
         tok = self.model_info(model).tokenizer
         return any((tok, m.digest) in self._estimated for m in msgs)
 
+    def count_messages(self, model: str | None, msgs: tuple[Message, ...]) -> None:
+        """Count ``msgs`` into the cache, as :meth:`count_message` would on the loop
+        (blocking: run it in a worker thread, for a long history seen for the first time)."""
+        for m in msgs:
+            self.count_message(model, m)
+
     def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
         """Count the messages with a text too long for the event loop, exactly up to
         :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread. (Not at a

@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 TRACKED_KINDS: frozenset[str] = frozenset({"chat", "messages", "responses"})
 
 _SHORT_REQUEST = 3
+#: New messages from which a request's token counting starts at once in a worker thread
+#: (a long history seen for the first time): its reply is recorded once the thread is
+#: done, so the event loop does not count them (unless someone needs them sooner).
+FIRST_SIGHT_MESSAGES = 200
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,10 @@ class Tracker:
         self._pending: dict[str, PendingCount] = {}
         #: bookkeeping waiting for a quiet event loop (see :meth:`later`)
         self._later: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
+        #: per conversation, the worker thread counting its first-seen history, and the
+        #: bookkeeping waiting for it (see :meth:`later`)
+        self._counting: dict[str, asyncio.Future[Any]] = {}
+        self._waiting: list[Callable[[], None]] = []
         self._started = False
         #: The tokenizer/markers preload started by :meth:`start` (awaited by the first
         #: requests instead of by the start-up, so the server listens at once).
@@ -242,7 +250,7 @@ class Tracker:
     def settle_all(self) -> None:
         """Record every waiting reply and settle every pending accounting (readers,
         flush and shutdown call this)."""
-        self._later.drain()
+        self._drain()
         for cid in list(self._pending):
             self._settle(cid)
 
@@ -250,7 +258,7 @@ class Tracker:
 
     def get(self, conversation_id: str) -> ConversationRecord | None:
         """A conversation, its replies recorded and its accounting settled."""
-        self._later.drain()
+        self._drain()
         self._settle(conversation_id)
         return self._recs.get(conversation_id)
 
@@ -262,7 +270,7 @@ class Tracker:
 
     async def history(self, conversation_id: str) -> Snapshot | None:
         """The conversation's current history (loaded from the store if cold)."""
-        self._later.drain()
+        self._drain()
         hot = self._hot.get(conversation_id)
         if hot is not None:
             return hot.snapshot
@@ -337,7 +345,7 @@ class Tracker:
         if not self.tracks(ex):
             return None
         await self.ready()
-        self._later.drain()  # the previous reply is part of what this request extends
+        self._drain()  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
         api = ex.kind
@@ -478,6 +486,8 @@ class Tracker:
             _in_daemon_thread(self.accounting.precount, model, new_msgs)
         if defer:
             self._pending[cid] = pending
+            if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
+                self._count_first_sight(cid, model, new_msgs)
         else:
             self._account(rec, pending)
         self._evict(now)
@@ -506,12 +516,45 @@ class Tracker:
 
     # ------------------------------------------------------------------ replies
 
-    def later(self, fn: Callable[[], None]) -> None:
+    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None:
         """Run ``fn`` — bookkeeping that updates this tracker, such as recording a reply
         — once the event loop is quiet (see :mod:`proxy.gate.quiet`): after the other
         requests of a burst, at the latest before the next request is observed or
-        anything is read."""
-        self._later.push(fn)
+        anything is read. While a worker thread still counts the first-seen history of
+        ``conversation_id``, ``fn`` waits for it too (then it finds the counts made)."""
+        fut = self._counting.get(conversation_id) if conversation_id else None
+        if fut is None or fut.done():
+            self._later.push(fn)
+            return
+        self._waiting.append(fn)
+
+        def ready(_: asyncio.Future[Any]) -> None:
+            if fn in self._waiting:  # not run by an earlier drain
+                self._waiting.remove(fn)
+                self._later.push(fn)
+
+        fut.add_done_callback(ready)
+
+    def _count_first_sight(self, cid: str, model: str | None, msgs: tuple[Message, ...]) -> None:
+        """Count a first-seen history's messages in a worker thread (tiktoken releases
+        the GIL); the conversation's reply is recorded once it is done (:meth:`later`)."""
+        fut = _in_daemon_thread(self.accounting.count_messages, model, msgs)
+        self._counting[cid] = fut
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if self._counting.get(cid) is f:
+                del self._counting[cid]
+
+        fut.add_done_callback(done)
+
+    def _drain(self) -> None:
+        """Run every waiting bookkeeping now (also what waits for a counting thread: the
+        loop counts what the thread has not counted yet)."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for fn in waiting:
+                self._later.push(fn)
+        self._later.drain()
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream

@@ -53,7 +53,7 @@ class TrackingTap:
             tracker.record_reply(obs, got, got_status)
 
         try:
-            tracker.later(record)
+            tracker.later(record, obs.conversation_id)
         except Exception:  # observing must never break the response
             log.exception("tracker: could not record reply")
 

@@ -205,3 +205,53 @@ def test_an_edit_that_drops_an_opaque_value_gets_the_whole_analysis() -> None:
     assert quick.verdict == full.verdict
     assert [(b.value, b.required) for b in quick.dropped] == [(b.value, b.required) for b in full.dropped]
     assert [b.value for b in full.dropped] == ["9b2f4c1e-7d3a-4e5b-8c6f-1a2b3c4d5e6f"]
+
+
+# ----------------------------------------------------------------------------- first sight
+
+
+def test_a_first_seen_long_history_is_counted_off_the_event_loop() -> None:
+    import asyncio
+    import threading
+
+    from proxy.gate.tracker import FIRST_SIGHT_MESSAGES, Tracker
+    from proxy.server.hooks import Exchange
+    from proxy.state import MemoryStore
+
+    body = {"model": "gpt-4o", "messages": _history(FIRST_SIGHT_MESSAGES // 2 + 1)}
+    raw = json.dumps(body).encode()
+    reply = json.dumps({"model": "gpt-4o", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Uploads done."}}]}).encode()
+
+    async def main() -> tuple[set[str], int, int, list[str]]:
+        tracker = Tracker(MemoryStore())
+        await tracker.start()
+        await tracker.warm(["gpt-4o"])
+        where: set[str] = set()
+        real = tracker.accounting._count_part
+        texts = {p.text for m in from_body("chat", body).messages for p in m.parts if p.text}
+
+        def counting(tok: Any, fn: Any, text: str, *args: Any) -> Any:  # a count actually made
+            if text in texts:
+                where.add(threading.current_thread().name)
+            return real(tok, fn, text, *args)
+
+        tracker.accounting._count_part = counting  # type: ignore[method-assign]
+        ex = Exchange("POST", "/v1/chat/completions", "", "openai", "chat", {}, "tenant", raw, body, False, "gpt-4o")
+        obs = await tracker.observe(ex, defer_accounting=True)
+        assert obs is not None
+        tracker.tap(obs).feed_json(200, reply)
+        for _ in range(200):  # the reply is recorded once the thread has counted
+            await asyncio.sleep(0.01)
+            if not tracker._counting and not tracker._waiting:
+                break
+        rec = tracker.get(obs.conversation_id)
+        assert rec is not None
+        exact = tracker.accounting.count_snapshot("gpt-4o", from_body("chat", body))
+        relations = [t.relation for t in rec.timeline]
+        await tracker.close()
+        return where, rec.timeline[0].tokens, exact, relations
+
+    where, tokens, exact, relations = asyncio.run(main())
+    assert where and threading.main_thread().name not in where  # no history message counted on the loop
+    assert relations == ["new"] and tokens == exact > 0  # and the counts are the exact ones
