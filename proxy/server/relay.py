@@ -143,7 +143,7 @@ async def _relay_bytes(r: _Relay) -> web.StreamResponse:
 
 async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
     """Buffer a non-SSE body, give it to the tap, send what the tap returns."""
-    request, rec, up, decision, secret = r.request, r.rec, r.up, r.decision, r.secret
+    rec, up, decision, secret = r.rec, r.up, r.decision, r.secret
     t = time.perf_counter()
     try:
         raw = await up.read()
@@ -156,7 +156,12 @@ async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
         close_tap(tap, "client_disconnected", rec, secret)
         raise
     rec.upstream_wait += time.perf_counter() - t
+    return respond_tapped(r, tap, raw)
 
+
+def respond_tapped(r: _Relay, tap: ResponseTap, raw: bytes) -> web.StreamResponse:
+    """Give a whole (non-SSE) body to the tap and answer with what it returns."""
+    request, rec, up, decision, secret = r.request, r.rec, r.up, r.decision, r.secret
     if getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
         # the tap only observes: send first, feed it in the next loop step (see hooks)
         asyncio.get_running_loop().call_soon(_feed_json_later, tap, up.status, raw, rec, secret)
