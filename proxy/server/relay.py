@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -20,6 +21,7 @@ from proxy.server.hooks import Decision, ResponseTap
 from proxy.server.logs import GATE_LOGGER
 from proxy.server.record import (
     RequestRecord,
+    close_rounds,
     close_tap,
     gate_headers,
     log_gate_failure,
@@ -30,7 +32,11 @@ from proxy.server.routes import Route
 from proxy.server.sse import SSESplitter
 from proxy.server.state import CONFIG_KEY
 
-__all__ = ["relay"]
+__all__ = ["Send", "relay"]
+
+#: Sends one more upstream request of this exchange (same method, URL and headers) with
+#: the given body: what a decision's ``rounds`` use for follow-up rounds.
+Send = Callable[[bytes], Awaitable[aiohttp.ClientResponse]]
 
 _NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -46,6 +52,8 @@ class _Relay:
     headers: CIMultiDict[str]  # upstream's, for the client (hop-by-hop and length removed)
     decision: Decision
     secret: str | None
+    #: headers a decision's ``rounds`` add to the client's response
+    extra: Mapping[str, str] = field(default_factory=dict)
 
     def response(self, body: bytes | None = None) -> web.StreamResponse:
         """The client's response: upstream's status and headers, plus the gate's
@@ -57,6 +65,7 @@ class _Relay:
             else web.Response(status=up.status, reason=up.reason, headers=self.headers, body=body)
         )
         resp.headers.update(gate_headers(self.rec, self.decision))
+        resp.headers.update(self.extra)
         return resp
 
 
@@ -67,7 +76,10 @@ async def relay(
     up: aiohttp.ClientResponse,
     decision: Decision,
     secret: str | None,
+    send: Send | None = None,
 ) -> web.StreamResponse:
+    """Relay ``up`` to the client (see the module docstring); with ``send``, a decision's
+    ``rounds`` may ask upstream again (:mod:`proxy.server.rounds`)."""
     rec.upstream_status = up.status
     rec.status = up.status
     tap = decision.tap
@@ -81,9 +93,22 @@ async def relay(
         )
         close_tap(tap, "content_encoding", rec, secret)
         tap = None
+    rounds = decision.rounds if send is not None else None
+    if rounds is not None and encoding not in ("", "identity"):
+        close_rounds(rounds, "content_encoding", rec, secret)
+        rounds = None
 
     r = _Relay(request, rec, route, up, downstream_headers(up.headers), decision, secret)
     no_body = request.method == "HEAD" or up.status in _NO_BODY_STATUSES or up.status < 200
+
+    if rounds is not None and (no_body or (is_sse and not 200 <= up.status < 300)):
+        close_rounds(rounds, "no_body", rec, secret)
+        rounds = None
+    if rounds is not None:
+        from proxy.server.rounds import relay_rounds
+
+        assert send is not None
+        return await relay_rounds(r, tap, rounds, send, is_sse=is_sse)
 
     if no_body:
         resp = r.response()
