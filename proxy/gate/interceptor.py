@@ -262,7 +262,8 @@ class GateInterceptor:
         responded = respond_to_compaction(req, st, analysis, target, markers)
         plan = plan_recall(req, st)
         offered = plan if isinstance(plan, RecallPlan) else None
-        if isinstance(plan, str) and responded.action == "spill":
+        noted = responded.safe_note is not None or (st.pending is not None and st.pending.action == "spill")
+        if isinstance(plan, str) and noted:
             req.record("recall_fallback", "spill", reason=plan, message=f"recall tool not offered ({plan}): the spill note instead")
         fixed = repair(req, st, analysis, responded.action, offered.name if offered is not None else None)
         tap = arm_tripwire(req, st)

@@ -62,6 +62,9 @@ from .spill import SpillStore
 
 log = logging.getLogger("compaction_gate.gate")
 
+#: The clock handles expire by (epoch seconds).
+now = time.time
+
 H_RECALL = "x-compaction-gate-recall"
 H_RECALL_ROUNDS = "x-compaction-gate-recall-rounds"
 H_USAGE = "x-compaction-gate-usage"
@@ -85,12 +88,12 @@ def live_handles(st: ConversationState, now: float) -> list[RecallHandle]:
     return live
 
 
-def plan_recall(req: GateRequest, st: ConversationState, now: float | None = None) -> RecallPlan | str | None:
+def plan_recall(req: GateRequest, st: ConversationState) -> RecallPlan | str | None:
     """The recall tool this request is offered, the reason it is not (when the
     conversation has live handles), or ``None`` when it has nothing spilled."""
     if not st.recall:
         return None
-    handles = live_handles(st, time.time() if now is None else now)
+    handles = live_handles(st, now())
     if not handles:
         return None
     policy = req.policy

@@ -130,7 +130,9 @@ def recalling(
     def respond(call: Call) -> Reply:
         if "Running downgrade" in call.all_text():
             return base(call)  # rolled back already
-        tool = call.tool(RECALL_TOOL)
+        # the gate's tool: the one whose description names a stored region (a client tool
+        # may have the same name; the gate's is then suffixed)
+        tool = next((t for t in call.tools() if t["name"].startswith(RECALL_TOOL) and "spill_" in t["description"]), None)
         recalled = call.results_of(tool["name"]) if tool else []
         usage = Usage(*ROUND_USAGE[min(len(recalled), len(ROUND_USAGE) - 1)])
         rollback = any("roll back" in _user_texts(m).lower() for m in call.messages()[-3:])
