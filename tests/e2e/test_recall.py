@@ -10,123 +10,17 @@ one request and never sees the recall call; ``usage`` sums both rounds.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import anthropic
 import openai
 import pytest
 
 from tests.e2e import story
-from tests.e2e.stack import GateStack
+from tests.e2e.recall_support import KEY, SAFE_SPILL, SPILL, Sent, agent_for, ask, messages_text
 from tests.e2e.test_responses_and_tripwire import TOOL as RESPONSES_BASH
 from tests.e2e.test_responses_and_tripwire import ResponsesAgent
-from tests.support.fake_upstream import Responder
 
-KEY = "sk-test-recall-a"
-SPILL = "extends: default\nname: spill-recall\nactions:\n  destructive: spill\nspill:\n  list_bindings: false\n"
-SAFE_SPILL = "extends: default\nname: safe-spill\nactions:\n  safe: spill\n"
 R1, R2 = story.ROUND_USAGE[0], story.ROUND_USAGE[1]
-
-
-@pytest.fixture
-def make(tmp_path: Path) -> Iterator[Callable[..., GateStack]]:
-    stacks: list[GateStack] = []
-
-    def factory(policy: str, responder: Responder) -> GateStack:
-        path = policy
-        if "\n" in policy:
-            p = tmp_path / f"policy{len(stacks)}.yaml"
-            p.write_text(policy)
-            path = str(p)
-        s = GateStack(path, responder)
-        stacks.append(s)
-        return s
-
-    yield factory
-    for s in stacks:
-        s.close()
-
-
-@dataclass
-class Sent:
-    """What the client itself sent (an httpx request hook on the SDK's own client)."""
-
-    urls: list[str] = field(default_factory=list)
-
-    def hook(self, request: Any) -> None:
-        self.urls.append(str(request.url))
-
-
-def agent_for(sdk: str, stack: GateStack, stream: bool, sent: Sent, *, key: str = KEY, run: Any = None) -> Any:
-    if sdk == "openai":
-        http = openai.DefaultHttpxClient(event_hooks={"request": [sent.hook]})
-        c = openai.OpenAI(api_key=key, base_url=stack.openai_base_url, max_retries=0, http_client=http)
-        return story.OpenAIAgent(c, stream, run=run)
-    http = anthropic.DefaultHttpxClient(event_hooks={"request": [sent.hook]})
-    return story.AnthropicAgent(anthropic.Anthropic(api_key=key, base_url=stack.url, max_retries=0, http_client=http), stream, run=run)
-
-
-@dataclass
-class Turn:
-    """The client's view of one answer: its tool calls, text, usage, headers."""
-
-    calls: list[tuple[str, str]]
-    text: str
-    usage: tuple[int, int] | None
-    headers: dict[str, str]
-    stop: str | None
-
-
-def ask(agent: Any, text: str, **extra: Any) -> Turn:
-    """One turn of the agent's conversation, seen the way the client sees it."""
-    agent.messages.append({"role": "user", "content": text})
-    if isinstance(agent, story.OpenAIAgent):
-        kw = {"model": agent.model, "messages": agent.messages, "tools": [story.BASH_OPENAI], **extra}
-        if not agent.stream:
-            raw = agent.client.chat.completions.with_raw_response.create(**kw)
-            r = raw.parse()
-            m = r.choices[0].message
-            return Turn([(tc.function.name, tc.function.arguments) for tc in m.tool_calls or []], m.content or "",
-                        (r.usage.prompt_tokens, r.usage.completion_tokens), dict(raw.headers), r.choices[0].finish_reason)
-        calls: dict[int, list[str]] = {}
-        out, usage, stop, ids = "", None, None, set()
-        with agent.client.chat.completions.with_streaming_response.create(
-            **kw, stream=True, stream_options={"include_usage": True}
-        ) as resp:
-            headers = dict(resp.headers)
-            for chunk in resp.parse():
-                ids.add(chunk.id)
-                if chunk.usage is not None:
-                    usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                for ch in chunk.choices:
-                    out += ch.delta.content or ""
-                    stop = ch.finish_reason or stop
-                    for tc in ch.delta.tool_calls or []:
-                        slot = calls.setdefault(tc.index, ["", ""])
-                        slot[0] += (tc.function.name or "") if tc.function else ""
-                        slot[1] += (tc.function.arguments or "") if tc.function else ""
-        assert len(ids) == 1, ids  # one coherent stream
-        return Turn([(n, a) for n, a in calls.values()], out, usage, headers, stop)
-    kw = {"model": agent.model, "max_tokens": 1024, "system": story.SYSTEM, "messages": agent.messages,
-          "tools": [story.BASH_ANTHROPIC], **extra}
-    if agent.stream:
-        with agent.client.messages.stream(**kw) as s:
-            msg = s.get_final_message()
-            headers = dict(s.response.headers)
-    else:
-        raw = agent.client.messages.with_raw_response.create(**kw)
-        msg, headers = raw.parse(), dict(raw.headers)
-    return Turn([(b.name, json.dumps(b.input)) for b in msg.content if b.type == "tool_use"],
-                "".join(b.text for b in msg.content if b.type == "text"),
-                (msg.usage.input_tokens, msg.usage.output_tokens), headers, msg.stop_reason)
-
-
-def messages_text(req: Any) -> str:
-    body = req.json
-    return json.dumps(body.get("messages") or body.get("input"))
 
 
 SDKS = ["openai", "anthropic"]
@@ -135,9 +29,9 @@ SDKS = ["openai", "anthropic"]
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("sdk", SDKS)
 def test_destructive_compaction_under_spill_is_recalled_and_the_rollback_uses_the_original_revision(
-    make: Any, sdk: str, stream: bool
+    make_gate: Any, sdk: str, stream: bool
 ) -> None:
-    stack = make(SPILL, story.recalling())
+    stack = make_gate(SPILL, story.recalling())
     sent = Sent()
     agent = agent_for(sdk, stack, stream, sent)
     agent.work(story.TASK)
@@ -184,13 +78,13 @@ def test_destructive_compaction_under_spill_is_recalled_and_the_rollback_uses_th
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("sdk", SDKS)
-def test_a_compaction_judged_safe_under_safe_spill_is_still_recoverable(make: Any, sdk: str, stream: bool) -> None:
+def test_a_compaction_judged_safe_under_safe_spill_is_still_recoverable(make_gate: Any, sdk: str, stream: bool) -> None:
     """The revisions here have no shape a detector knows: the gate judges the compaction
     safe. ``safe: spill`` keeps the region anyway and the model recalls the revision it
     needs; without it the model invents one."""
     outcomes = {}
     for policy in ("default", SAFE_SPILL):
-        stack = make(policy, story.recalling(story.slug_revisions))
+        stack = make_gate(policy, story.recalling(story.slug_revisions))
         sent = Sent()
         agent = agent_for(sdk, stack, stream, sent, run=story.run_slug_tool)
         agent.work(story.TASK)
@@ -210,8 +104,8 @@ def test_a_compaction_judged_safe_under_safe_spill_is_still_recoverable(make: An
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_responses_api_recall_with_function_call_items(make: Any, stream: bool) -> None:
-    stack = make(SPILL, story.recalling())
+def test_responses_api_recall_with_function_call_items(make_gate: Any, stream: bool) -> None:
+    stack = make_gate(SPILL, story.recalling())
     agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), stream)
     agent.work(story.TASK)
     agent.compact(story.LOSSY_SUMMARY)
@@ -233,10 +127,10 @@ def test_responses_api_recall_with_function_call_items(make: Any, stream: bool) 
     assert len(stack.fake.model_requests()) == n + 2
 
 
-def test_a_streamed_responses_recall_keeps_previous_response_id_chains_working(make: Any) -> None:
+def test_a_streamed_responses_recall_keeps_previous_response_id_chains_working(make_gate: Any) -> None:
     """The stream shows the first round's id; upstream stored the whole exchange under the
     last round's. A request continuing the shown id reaches upstream with the real one."""
-    stack = make(SPILL, story.recalling())
+    stack = make_gate(SPILL, story.recalling())
     agent = ResponsesAgent(openai.OpenAI(api_key=KEY, base_url=stack.openai_base_url, max_retries=0), True)
     agent.work(story.TASK)
     agent.compact(story.LOSSY_SUMMARY)

@@ -14,8 +14,8 @@ import pytest
 
 import proxy.gate.recall as recall_mod
 from tests.e2e import story
+from tests.e2e.recall_support import SPILL, Sent, agent_for, ask, messages_text
 from tests.e2e.stack import GateStack
-from tests.e2e.test_recall import KEY, SPILL, Sent, agent_for, ask, make, messages_text  # noqa: F401 - fixture
 from tests.support.fake_upstream import Call, Fault, Reply, ToolCall
 
 BOTH = "extends: default\nname: both\nactions:\n  destructive: spill\n  safe: spill\nspill:\n  list_bindings: false\n"
@@ -37,8 +37,8 @@ def recalls(stack: GateStack) -> list[dict[str, Any]]:
     return [e for e in stack.events() if e["kind"] == "recall"]
 
 
-def test_a_handle_of_another_tenant_resolves_to_not_found(make: Any) -> None:
-    stack = make(BOTH, story.recalling())
+def test_a_handle_of_another_tenant_resolves_to_not_found(make_gate: Any) -> None:
+    stack = make_gate(BOTH, story.recalling())
     # tenant B: a conversation whose (safe, slug) compaction was spilled
     b = compacted(stack, key="sk-test-recall-b", run=story.run_slug_tool)
     b.messages.append({"role": "user", "content": "status?"})
@@ -60,8 +60,8 @@ def test_a_handle_of_another_tenant_resolves_to_not_found(make: Any) -> None:
     assert status == 200 and story.SLUG_BEFORE in body["text"]
 
 
-def test_an_expired_handle(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    stack = make(SPILL, story.recalling())
+def test_an_expired_handle(make_gate: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = make_gate(SPILL, story.recalling())
     agent = compacted(stack)
     ask(agent, "What is the state of the service?")  # the compaction is seen (and spilled) here
     agent.messages.append({"role": "assistant", "content": "ok"})
@@ -88,8 +88,8 @@ CLIENT_RECALL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"handle": {"type": "string"}}, "required": ["handle"]}}}
 
 
-def test_a_client_tool_named_like_the_recall_tool(make: Any) -> None:
-    stack = make(SPILL, story.recalling())
+def test_a_client_tool_named_like_the_recall_tool(make_gate: Any) -> None:
+    stack = make_gate(SPILL, story.recalling())
     agent = compacted(stack)
     agent.messages.append({"role": "user", "content": story.ROLLBACK_ASK})
     raw = agent.client.chat.completions.with_raw_response.create(
@@ -110,8 +110,8 @@ def test_a_client_tool_named_like_the_recall_tool(make: Any) -> None:
 
 
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
-def test_tool_choice_none_falls_back_to_the_note(make: Any, sdk: str) -> None:
-    stack = make(SPILL, story.recalling())
+def test_tool_choice_none_falls_back_to_the_note(make_gate: Any, sdk: str) -> None:
+    stack = make_gate(SPILL, story.recalling())
     agent = compacted(stack, sdk)
     n = len(stack.fake.model_requests())
     choice = "none" if sdk == "openai" else {"type": "none"}
@@ -127,8 +127,8 @@ def test_tool_choice_none_falls_back_to_the_note(make: Any, sdk: str) -> None:
 
 
 @pytest.mark.parametrize(("sdk", "stream"), [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)])
-def test_a_recall_mixed_with_client_tool_calls(make: Any, sdk: str, stream: bool) -> None:
-    stack = make(SPILL, story.recalling(mixed=True))
+def test_a_recall_mixed_with_client_tool_calls(make_gate: Any, sdk: str, stream: bool) -> None:
+    stack = make_gate(SPILL, story.recalling(mixed=True))
     agent = compacted(stack, sdk, stream)
     n = len(stack.fake.model_requests())
     turn = ask(agent, story.ROLLBACK_ASK)
@@ -136,7 +136,7 @@ def test_a_recall_mixed_with_client_tool_calls(make: Any, sdk: str, stream: bool
     # after it did
     assert [name for name, _ in turn.calls] == ["bash"]
     assert story.rollback_target(turn.calls[0][1]) == story.REVISION
-    first, second = stack.fake.model_requests()[n:]
+    _, second = stack.fake.model_requests()[n:]
     text = json.dumps(second.json)
     assert story.INVENTED not in text  # the guessed call is not in the follow-up
     assert "were not run: bash" in text  # the model is told to make it again
@@ -144,9 +144,9 @@ def test_a_recall_mixed_with_client_tool_calls(make: Any, sdk: str, stream: bool
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_the_round_budget_exhausted(make: Any, stream: bool) -> None:
+def test_the_round_budget_exhausted(make_gate: Any, stream: bool) -> None:
     policy = SPILL + "recall:\n  max_rounds: 1\n  budget_rounds: 1\n"
-    stack = make(policy, story.recalling(always=True))
+    stack = make_gate(policy, story.recalling(always=True))
     agent = compacted(stack, "openai", stream)
     n = len(stack.fake.model_requests())
     turn = ask(agent, story.ROLLBACK_ASK)
@@ -164,7 +164,7 @@ def test_the_round_budget_exhausted(make: Any, stream: bool) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_client_disconnect_during_the_second_round_cancels_it_upstream(make: Any, stream: bool) -> None:
+def test_a_client_disconnect_during_the_second_round_cancels_it_upstream(make_gate: Any, stream: bool) -> None:
     holder: dict[str, GateStack] = {}
     base = story.recalling()
 
@@ -176,7 +176,7 @@ def test_a_client_disconnect_during_the_second_round_cancels_it_upstream(make: A
             holder["s"].fake.inject(fault)
         return reply
 
-    stack = make(SPILL, respond)
+    stack = make_gate(SPILL, respond)
     holder["s"] = stack
     agent = compacted(stack, "openai", stream)
     agent.client = agent.client.with_options(timeout=2.0)
