@@ -12,7 +12,9 @@ Per request of a conversational API (OpenAI chat, Responses, Anthropic messages)
    rule. A destructive verdict gets the scoped action: ``allow``/``warn`` forward
    untouched, ``reinject`` adds the dropped bindings after the summary, ``reject``
    answers 400 naming them, ``spill`` stores the lost region under a tenant-scoped handle
-   and points the model at it. The repair is **sticky**: the client keeps sending its
+   and points the model at it (``safe: spill`` does so for every compaction). While a
+   handle lives, requests are offered the recall tool and its calls are resolved by the
+   gate over follow-up rounds (``Decision.rounds``) — :mod:`proxy.gate.recall`. The repair is **sticky**: the client keeps sending its
    compacted history, so later requests of the conversation get the same note (or the
    same rejection) until the bindings appear in what the client itself sends —
    :mod:`proxy.gate.compaction`.
