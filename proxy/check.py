@@ -143,8 +143,19 @@ _WHY: dict[str, str] = {
 }
 
 
+#: The rules of corpus/PRINCIPLES.md §2 as the text output states them.
+_RULES: dict[str, str] = {
+    "2a": "minted by a step that changed something: running it again would not give it back",
+    "2b": "the state before a later change (read-before-write): the only record of the prior state",
+    "2c": "written by the agent into a call that changed something, from no other source",
+    "2*": "re-injected by the gate after an earlier compaction: judged required while its source was visible",
+}
+
+
 def _why(b: LostBinding) -> str:
     base = _WHY.get(b.kind, "a value a later step needs verbatim")
+    if b.rule in _RULES:
+        return f"{base}; {_RULES[b.rule]} (PRINCIPLES §{b.rule})"
     if b.source.mutating is False:
         how = "read before a later change overwrote it (read-before-write): the only record of the prior state"
     elif b.source.mutating:
@@ -159,7 +170,7 @@ def _fmt_binding(b: LostBinding, out: list[str]) -> None:
     out.append(f"  - {shown}   [{b.kind}]")
     out.append(f"      from: {b.source.describe()}")
     if b.sensitive:
-        out.append("      secret: never shown in clear nor re-injected; re-read it from its source")
+        out.append("      secret: never shown in clear nor re-injected; the proxy refuses or spills instead")
     else:
         out.append(f"      why:  {_why(b)}")
 
@@ -193,7 +204,7 @@ def render_text(a: Analysis, markers: Markers) -> str:
     if other:
         vals = ", ".join(b.value for b in other[:6]) + (" …" if len(other) > 6 else "")
         out.append("")
-        out.append(f"Also gone, not required (regenerable or not from a tool result): {len(other)} — {vals}")
+        out.append(f"Also gone, not required (regenerable by PRINCIPLES §3): {len(other)} — {vals}")
     if a.lost_region:
         s = a.signals
         d, o = s.density, s.obligations

@@ -2,7 +2,7 @@
 
 :func:`analyze` is what the proxy (on every request), ``compaction-gate check`` and the
 replay tool call. The invariant (DESIGN §2): a transition is ``safe`` iff every required
-binding — non-regenerable, non-sensitive, needed by an open obligation — survives
+binding — non-regenerable, needed by an open obligation — survives
 verbatim in what the model will see; otherwise it is ``destructive``. Altered values
 (a truncated SHA, a path made relative) do not count as surviving.
 
@@ -151,7 +151,7 @@ def analyze(
     required = required_norms(obligations)
 
     def mark(b: LostBinding) -> LostBinding:
-        return dataclasses.replace(b, required=(b.norm in required and not b.sensitive))
+        return dataclasses.replace(b, required=b.norm in required)
 
     by_req = lambda b: (not b.required, b.regenerable, b.source.message_index, b.value)
     dropped = tuple(sorted((mark(b) for b in d.dropped), key=by_req))

@@ -14,8 +14,10 @@ Survival, per distinct lost identifier (one entry per normalised value):
    of an absolute one. Altered never counts as surviving;
 3. **dropped** — otherwise.
 
-Sensitive identifiers (secrets) are never shown in clear (``value`` is redacted) and are
-never required bindings. Pure; the cost is one lowercase copy of the new text plus a
+Sensitive identifiers (secrets) are never shown in clear (``value`` is redacted); whether
+one is required is its provenance's decision, like any value's. A composite value
+(``group topic partition offset``, an image pinned by digest) survives by its
+identifying token. Pure; the cost is one lowercase copy of the new text plus a
 substring search per lost identifier.
 """
 
@@ -28,7 +30,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .identifiers.model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Source, redact
-from .identifiers.normalize import HEX_KINDS, PREFIX_KINDS, find_altered_in_text, relation
+from .identifiers.normalize import (
+    HEX_KINDS,
+    PREFIX_KINDS,
+    find_altered_in_text,
+    identifying_token,
+    relation,
+)
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ALNUM = re.compile(r"[A-Za-z0-9]")
@@ -103,6 +111,9 @@ class LostBinding:
     required: bool = False
     #: Every message index of the lost region where the value appeared.
     seen_at: tuple[int, ...] = ()
+    #: The rule of PRINCIPLES.md that decided whether it is required (``2a`` minted,
+    #: ``2b`` prior state, ``2c`` written into a change; ``3a``–``3d`` regenerable).
+    rule: str = ""
     #: The line it came from (one line, secrets redacted): what the value *is* — the
     #: ``from`` of ``Running upgrade 1a2b… -> 4f9a…`` — when a kind has several.
     context: str = ""
@@ -115,6 +126,7 @@ class LostBinding:
             "required": self.required,
             "sensitive": self.sensitive,
             "status": self.status,
+            "rule": self.rule,
             "source": self.source.to_json(),
             "where": self.source.describe(),
         }
@@ -155,6 +167,7 @@ class VisibleText:
         self._sorted: dict[str, list[str]] = {}
         self._path_tails: dict[str, str] | None = None
         self._path_norms: dict[str, str] | None = None
+        self._numbers: list[str] | None = None
 
     def of_kind(self, kind: str) -> list[Identifier]:
         """Visible (non-sensitive) identifiers of one kind."""
@@ -208,6 +221,22 @@ class VisibleText:
                 return True
             start = i + 1
 
+    def contains_token(self, token: str, qualifier: str | None = None) -> bool:
+        """The identifying token of a composite value is visible (case folded, on token
+        boundaries); a short one (under 6 characters) only with its qualifier shortly
+        before it (``partition 3 … offset 12``), so that a bare small number is not
+        taken for it."""
+        if len(token) >= 6 or qualifier is None:
+            return self.contains(token, case_insensitive=True) if len(token) >= 4 else False
+        pat = re.compile(r"(?<![0-9A-Za-z])" + re.escape(qualifier) + r"(?![0-9A-Za-z])[^\n]{0,40}?(?<![0-9A-Za-z])" + re.escape(token) + r"(?![0-9A-Za-z])")
+        return pat.search(self.text) is not None
+
+    def numbers(self) -> list[str]:
+        """Every run of 4+ digits of the text (for damaged copies of numeric tokens)."""
+        if self._numbers is None:
+            self._numbers = re.findall(r"(?<![0-9A-Za-z])[0-9]{4,}(?![0-9A-Za-z])", self.text)
+        return self._numbers
+
     def prefix_alias(self, value: str) -> bool:
         """A short hex id that is the prefix of a longer hex token that is visible."""
         v = value.lower()
@@ -240,6 +269,9 @@ def survives(ident: Identifier, visible: VisibleText) -> bool:
     """Whether the model can still see ``ident`` verbatim or as an alias (a short SHA of a
     visible full one, a relative path that a visible absolute path ends with)."""
     if ident.norm in visible.plain_norms:
+        return True
+    key = None if ident.sensitive else identifying_token(ident.kind, ident.norm)
+    if key is not None and visible.contains_token(*key):
         return True
     if ident.sensitive:
         return visible.contains(ident.value, case_insensitive=False)
@@ -299,6 +331,11 @@ def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
     a truncated or elided SHA, an absolute path made relative, a one-character typo."""
     if ident.sensitive:
         return None
+    key = identifying_token(ident.kind, ident.norm)
+    if key is not None:
+        dmg = _damaged_token(key[0], visible)
+        if dmg is not None:
+            return dmg
     if ident.kind == "path":
         if ident.norm.startswith("/"):  # made relative: a visible path is one of its tails
             rel = visible.path_norms()
@@ -327,6 +364,23 @@ def altered_form(ident: Identifier, visible: VisibleText) -> str | None:
         if best is not None:
             return best
     return None
+
+
+def _damaged_token(token: str, visible: VisibleText) -> str | None:
+    """A visible copy of a composite's identifying token that is cut short or has one
+    character changed (PRINCIPLES §4: altered, not kept)."""
+    if token.isdigit():
+        for n in visible.numbers():
+            if n == token:
+                continue
+            if len(n) < len(token) and token.startswith(n) and len(n) >= max(4, len(token) - 3):
+                return n
+            if len(n) == len(token) and sum(a != b for a, b in zip(n, token, strict=True)) == 1:
+                return n
+        return None
+    body = token.split(":", 1)[-1]
+    frag = find_altered_in_text(body, "hex_digest", visible.text) if _HEX.match(body) else None
+    return frag
 
 
 # --------------------------------------------------------------------------- diff
@@ -382,6 +436,7 @@ def diff_identifiers(lost: Sequence[Identifier], visible: VisibleText) -> Identi
             status="altered" if to is not None else "dropped",
             altered_to=to,
             seen_at=tuple(sorted({i.source.message_index for i in occ})),
+            rule=next((i.why for i in occ if not i.regenerable and i.why), rep.why),
             context=rep.context,
         )
         (altered if to is not None else dropped).append(entry)

@@ -424,7 +424,8 @@ def _responses_item(item: Any) -> tuple[str, Message | None]:
         args = item.get("arguments", item.get("input", item.get("action", "")))
         return "msg", make_message(
             "assistant",
-            (Part("tool_call", _canonical_json(args), tool_name=item.get("name"), tool_call_id=item.get("call_id")),),
+            # a local shell call has no name: its type names the tool
+            (Part("tool_call", _canonical_json(args), tool_name=item.get("name") or (kind if kind == "local_shell_call" else None), tool_call_id=item.get("call_id")),),
         )
     if kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
         out = item.get("output", "")

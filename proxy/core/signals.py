@@ -6,8 +6,8 @@
 2. :class:`ObligationSignal` — obligation–binding asymmetry: obligations open vs
    obligations whose bindings all survive. Obligations come from a pluggable
    :class:`ObligationRule`; the default (:func:`default_obligations`) says every
-   non-regenerable, non-sensitive identifier produced by a tool result stays required,
-   one obligation per tool result. Policies refine this later (opened by a tool that binds
+   identifier its provenance made non-regenerable stays required,
+   one obligation per message part. Policies refine this later (opened by a tool that binds
    some kinds, closed by one that consumes them, plan items …).
 3. :class:`NextActionSignal` — what the tripwire needs to judge the first action after
    the compaction: the dropped kinds, the values it probably needs, and every norm seen.
@@ -155,39 +155,14 @@ class ObligationRule(Protocol):
     def __call__(self, identifiers: Sequence[Identifier], before: Snapshot) -> Sequence[Obligation]: ...
 
 
-#: A line introducing pasted command output ("And got this output:", "Output:").
-_OUTPUT_LINE = re.compile(r"(?im)^[^\n]{0,40}\boutput:[ \t]*$")
-
-
-def pasted_output(i: Identifier, before: Snapshot) -> bool:
-    """Whether ``i`` sits in command output pasted into a user message — inside a fenced
-    block, or after a line introducing the output (aider's ``/run``: "I ran this command:
-    … And got this output:"). Agents without a tool role put command output there; the
-    role that carries the text does not matter (PRINCIPLES §2), so such output opens
-    obligations like a tool result does. (Minimal: which pasted value is *required* — a
-    read-only command's output, say — is issue 14's provenance model.)"""
-    s = i.source
-    if s.origin != "user" or not 0 <= s.message_index < len(before.messages):
-        return False
-    parts = before.messages[s.message_index].parts
-    if not 0 <= s.part_index < len(parts):
-        return False
-    head = parts[s.part_index].text[: i.start]
-    return head.count("```") % 2 == 1 or _OUTPUT_LINE.search(head) is not None
-
-
-def opens_obligation(i: Identifier, before: Snapshot) -> bool:
-    """Output of a step: a tool result, or command output pasted as user text."""
-    return i.source.origin == "tool_result" or pasted_output(i, before)
-
-
 def default_obligations(identifiers: Sequence[Identifier], before: Snapshot) -> tuple[Obligation, ...]:
-    """Every non-regenerable, non-sensitive identifier produced by a tool result (or
-    command output pasted as user text) stays required; one ``keep_bindings``
-    obligation per tool result (or message)."""
+    """Every non-regenerable identifier stays required, whatever role carried it (its
+    provenance decided: PRINCIPLES §2 — a tool result, pasted user text, a call's
+    arguments alike); one ``keep_bindings`` obligation per message part. Secrets count
+    too (a required secret makes the verdict destructive); callers never show them."""
     groups: dict[tuple[int, str | None], list[Identifier]] = {}
     for i in identifiers:
-        if i.regenerable or i.sensitive or not opens_obligation(i, before):
+        if i.regenerable or i.source.origin == "tool_def":
             continue
         groups.setdefault((i.source.message_index, i.source.tool_call_id), []).append(i)
     out = []

@@ -326,7 +326,11 @@ def _only_moved(
     if not lost_idx or agent is not None:
         return None
     present = {_content_key(m) for m in new_msgs}
-    heads = {_head_key(m) for m in new_msgs if not (m.tool_results or m.tool_calls)}
+    old_keys = {_content_key(m) for m in old_msgs}
+    # a re-rendered twin is a new message: one that was already in the history (another
+    # pasted `I ran this command:` output, say) re-renders nothing
+    fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
+    heads = {_head_key(m) for m in fresh}
     for i in lost_idx:
         if not 0 <= i < len(old_msgs):
             continue
@@ -338,7 +342,7 @@ def _only_moved(
         # a setup message re-rendered with fresh content (aider's "I have *added these
         # files to the chat*" carries the files as they are now): the same message, still
         # there — unless it shrank or grew a lot (a summary in its place)
-        twin = next(n for n in new_msgs if not (n.tool_results or n.tool_calls) and _head_key(n) == _head_key(m))
+        twin = next(n for n in fresh if _head_key(n) == _head_key(m))
         if not 0.5 <= (len(twin.text) + 1) / (len(m.text) + 1) <= 2.0:
             return None
     return "request extends the history (messages re-ordered, re-spaced or re-rendered; no content lost)"

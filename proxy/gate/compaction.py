@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.analysis import Analysis, analyze
@@ -32,7 +32,7 @@ from ..core.signals import Obligation
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
-from .identifiers import lost_binding
+from .identifiers import extract, lost_binding
 from .request import GateRequest
 from .spill import ANONYMOUS, SpillStore
 
@@ -88,7 +88,9 @@ class ProtectedObligations:
         return out
 
 
-def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | None = None) -> Analysis | None:
+def analyze_request(
+    req: GateRequest, markers: Markers, st: ConversationState | None = None
+) -> Analysis | None:
     """The analysis of previous → current (``None`` for a conversation's first request)."""
     previous = req.obs.previous
     if previous is None:
@@ -97,7 +99,9 @@ def analyze_request(req: GateRequest, markers: Markers, st: ConversationState | 
     rule: ProtectedObligations | PolicyObligations = base
     if st is not None and st.protected:
         rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
-    return analyze(previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule)
+    return analyze(
+        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule
+    )
 
 
 def summary_anchor(analysis: Analysis) -> int | None:
@@ -136,7 +140,11 @@ def summary_part(current: Snapshot, anchor: int | None, markers: Markers) -> str
 
 
 def _text_key(text: str | None) -> str | None:
-    return None if text is None else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return (
+        None
+        if text is None
+        else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    )
 
 
 def part_with_key(current: Snapshot, index: int | None, key: str | None) -> str | None:
@@ -209,6 +217,12 @@ def _lost_bindings(req: GateRequest, analysis: Analysis) -> list[Binding]:
     return [b for b in required + extra if not policy.allowlisted(b.value)]
 
 
+def _visible_secret_norms(req: GateRequest, current: Snapshot) -> frozenset[str]:
+    """Fingerprints of the secrets the request carries (a secret a repair cannot show is
+    back when the client sends it again)."""
+    return frozenset(i.norm for i in extract(current, req.catalog) if i.sensitive)
+
+
 @dataclass(frozen=True)
 class Responded:
     """The request's action so far (``none`` when there is nothing to say) and, for a
@@ -231,16 +245,19 @@ def respond_to_compaction(
     if analysis.destructive:
         bindings = _lost_bindings(req, analysis)
         action = eff.destructive
+        secret = any(b.sensitive for b in bindings)
+        if secret and action in ("reinject", "spill"):
+            # a required secret can be neither re-injected in clear nor spilled (the spill
+            # store redacts secrets): refuse rather than pass it silently (PRINCIPLES §4)
+            action = "reject"
         anchor = summary_anchor(analysis)
         anchor_digest = (
-            current.messages[anchor].digest if anchor is not None and anchor < len(current.messages) else None
+            current.messages[anchor].digest
+            if anchor is not None and anchor < len(current.messages)
+            else None
         )
         anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
-        if action == "spill" and any(b.sensitive for b in bindings):
-            # a spill never holds a secret (its store redacts them): a required secret
-            # would be lost silently, so the compaction is refused instead
-            action = "reject"
         if action == "spill":
             spilled = spill_lost_region(req, analysis, bindings, spill)
             if spilled is None:  # anonymous tenant: nobody could read it back
@@ -257,7 +274,9 @@ def respond_to_compaction(
         st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
             handle = st.recall[-1].handle if action == "spill" and st.recall else None
-            st.pending = Pending(action, bindings, anchor_digest, footer, anchor_part, handle)
+            new = Pending(action, bindings, anchor_digest, footer, anchor_part, handle)
+            summarized = bool(analysis.transition.summary or analysis.transition.inserted)
+            st.pending = new if summarized else _extended(st.pending, new)
         known = {b.value for b in st.lost}
         st.lost += [b for b in bindings if b.value not in known]
         req.record(
@@ -302,6 +321,21 @@ def respond_to_compaction(
     return Responded("none")
 
 
+def _extended(earlier: Pending | None, new: Pending) -> Pending:
+    """The conversation's repair after a lossy transition that brings no summary of its
+    own (a regenerated or edited turn after the compaction): it extends the earlier
+    repair — the note stays where it was, right after the summary, byte-stable, and a
+    binding the note already restores keeps its original source; a new spill's note and
+    its handle replace the earlier ones together (the note names the handle). (A new
+    summary replaces the repair instead.)"""
+    if earlier is None:
+        return new
+    known = {b.value for b in earlier.bindings}
+    bindings = list(earlier.bindings) + [b for b in new.bindings if b.value not in known]
+    footer, handle = (new.footer, new.handle) if new.footer else (earlier.footer, earlier.handle)
+    return replace(earlier, action=new.action, bindings=bindings, footer=footer, handle=handle)
+
+
 def _still_pending(req: GateRequest, st: ConversationState) -> bool:
     """Whether the conversation's pending repair still applies to this request (it lacks
     one of the repair's non-secret bindings)."""
@@ -330,8 +364,15 @@ def repair(
     p = st.pending
     if p is None:
         return Repair(action)
-    still = [b for b in p.bindings if b.sensitive or b.value not in visible]
-    if not [b for b in still if not b.sensitive] and not (p.action == "reject" and still):
+    secrets_back = (
+        _visible_secret_norms(req, current) if any(b.sensitive for b in p.bindings) else frozenset()
+    )
+    still = [
+        b
+        for b in p.bindings
+        if (b.norm not in secrets_back if b.sensitive else b.value not in visible)
+    ]
+    if not still:
         st.pending = None
         return Repair(action)
     if p.action == "reject":
@@ -343,7 +384,9 @@ def repair(
                 transition=analysis.transition.kind if analysis is not None else None,
                 message=f"still refused: the history lacks {len(still)} binding(s) an earlier compaction dropped",
             )
-        return Repair("reject", reject=Reject(400, rejection_message(still), code="destructive_compaction"))
+        return Repair(
+            "reject", reject=Reject(400, rejection_message(still), code="destructive_compaction")
+        )
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
     if p.action == "spill" and p.footer is not None:
@@ -362,7 +405,8 @@ def repair(
     if action == "none":
         action = p.action
     reinjected = [
-        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source} for b in res.kept
+        {"value": b.value if not b.sensitive else b.display(), "kind": b.kind, "where": b.source}
+        for b in res.kept
     ]
     if analysis is None or not analysis.destructive:
         req.record(

@@ -34,6 +34,7 @@ def lost_binding(policy: Policy, b: LostBinding) -> Binding:
         sensitive=b.sensitive,
         priority=policy.priority(b.kind, regen),
         status=b.status,
+        norm=b.norm,
         line=b.context,
     )
 

@@ -1,9 +1,10 @@
 """The policy's obligation rule (plugs into :func:`proxy.core.analysis.analyze` as its
 ``obligation_rule``): which bindings of the history before a transition stay required.
 
-1. ``default: non_regenerable`` — every non-regenerable (after the policy's
-   regenerability rules), non-sensitive, non-allowlisted identifier produced by a tool
-   result stays required (one obligation per tool result).
+1. ``default: non_regenerable`` — every non-regenerable (its provenance, then the
+   policy's regenerability rules), non-allowlisted identifier stays required, whatever
+   role carried it (one obligation per message part); secrets too — the gate refuses or
+   spills rather than re-inject them.
 2. ``rules`` — an obligation opens at a tool result whose call matches ``opened_by``
    (tool glob, command glob, result regex) and binds the identifiers of the listed kinds
    found in that result — even ones the detector calls regenerable. A later tool call
@@ -21,7 +22,6 @@ from ..core.diff import SourceRef
 from ..core.identifiers.model import Identifier
 from ..core.messages import Snapshot
 from ..core.signals import Obligation as CoreObligation
-from ..core.signals import opens_obligation
 from .model import Policy
 
 
@@ -50,8 +50,10 @@ class PolicyObligations:
         self.policy = policy
 
     def _counts(self, i: Identifier) -> bool:
+        """Secrets count (a required secret makes the verdict destructive; the gate never
+        re-injects it); allowlisted values and disabled detectors do not."""
         p = self.policy
-        return not i.sensitive and not p.allowlisted(i.value) and not p.is_disabled(i.kind, i.detector)
+        return not p.allowlisted(i.value) and not p.is_disabled(i.kind, i.detector)
 
     def regenerable(self, i: Identifier) -> bool:
         return self.policy.regenerable(
@@ -66,7 +68,7 @@ class PolicyObligations:
         if p.obligation_default == "non_regenerable":
             groups: dict[tuple[int, str | None], list[Identifier]] = {}
             for i in ids:
-                if opens_obligation(i, before) and not self.regenerable(i):
+                if i.source.origin != "tool_def" and not self.regenerable(i):
                     groups.setdefault((i.source.message_index, i.source.tool_call_id), []).append(i)
             for (_, _), grp in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
                 out.append(
@@ -106,6 +108,7 @@ class PolicyObligations:
                 if i.source.origin == "tool_call" and (i.source.tool_name or "").lower() in plan_names:
                     latest = max(latest or -1, i.source.message_index)
             if latest is not None:
-                grp = [i for i in ids if i.source.origin == "tool_call" and i.source.message_index == latest]
-                out.append(CoreObligation("plan_items", SourceRef.of(grp[0].source), tuple(dict.fromkeys(i.norm for i in grp))))
+                grp = [i for i in ids if i.source.origin == "tool_call" and i.source.message_index == latest and not i.sensitive]
+                if grp:
+                    out.append(CoreObligation("plan_items", SourceRef.of(grp[0].source), tuple(dict.fromkeys(i.norm for i in grp))))
         return tuple(out)

@@ -127,3 +127,24 @@ def test_console_entry_point_runs_check(files: dict[str, str]) -> None:
             assert json.loads(proc.stdout)["verdict"] == ("destructive" if expected == 3 else "safe")
         else:
             assert "error" in proc.stderr
+
+
+def test_responses_api_bodies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``instructions`` + ``input`` items (``function_call`` / ``function_call_output``)
+    get the same analysis as chat and Anthropic bodies."""
+    conv = build_task("upload", seed=2)
+    up = conv.binding("upload_id").value
+    bad = compact(conv, "codex", drop=[up])
+    before, after = write(tmp_path, "b.json", conv.to_responses()), write(tmp_path, "a.json", bad.after.to_responses())
+    assert "instructions" in json.loads(Path(before).read_text()) and any(
+        i.get("type") == "function_call_output" for i in json.loads(Path(before).read_text())["input"]
+    )
+    code, out, err = run(capsys, before, after)
+    assert code == 3, err
+    doc = json.loads(out)
+    required = [d for d in doc["dropped"] + doc["altered"] if d["required"]]
+    assert any(d["value"] == up and d["rule"] == "2a" for d in required), required
+    # the same transition in the chat dialect gives the same required values
+    code2, out2, _ = run(capsys, write(tmp_path, "b2.json", conv.to_openai()), write(tmp_path, "a2.json", bad.after.to_openai()))
+    assert code2 == 3
+    assert sorted(d["value"] for d in json.loads(out2)["dropped"] if d["required"]) == sorted(d["value"] for d in doc["dropped"] if d["required"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -96,12 +97,16 @@ def test_one_entry_per_norm_non_regenerable_if_any_occurrence_is() -> None:
     assert d.considered == 1
 
 
-def test_secrets_are_redacted_and_never_required() -> None:
+def test_secrets_are_redacted_and_required_only_by_provenance() -> None:
+    """A secret is never shown in clear; whether it is required is its provenance's
+    decision like any value's (PRINCIPLES §4: a JWT a step minted is required)."""
     secret = ident("sk-live-abcdefghijklmnopqrstuvwxyz123456", "api_key", sensitive=True)
     d = diff_identifiers([secret], visible("no key here"))
     (b,) = d.dropped
     assert "abcdefghijklmnop" not in b.value and b.sensitive
-    assert default_obligations([secret], _snap([])) == ()
+    assert default_obligations([dataclasses.replace(secret, regenerable=True)], _snap([])) == ()
+    (o,) = default_obligations([dataclasses.replace(secret, regenerable=False)], _snap([]))
+    assert o.bindings == (secret.norm,) and "abcdefghijklmnop" not in secret.norm
 
 
 def test_source_descriptions() -> None:

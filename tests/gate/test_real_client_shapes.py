@@ -35,7 +35,10 @@ def _reply(call: Call) -> Reply:
 
 
 def billing(suffix: str) -> dict[str, str]:
-    return {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.332.{suffix}; cc_entrypoint=sdk-cli;"}
+    return {
+        "type": "text",
+        "text": f"x-anthropic-billing-header: cc_version=2.1.332.{suffix}; cc_entrypoint=sdk-cli;",
+    }
 
 
 def cc_history(suffix: str = "fa7") -> dict[str, Any]:
@@ -43,8 +46,23 @@ def cc_history(suffix: str = "fa7") -> dict[str, Any]:
         "system": [billing(suffix), {"type": "text", "text": "You are Claude Code."}],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "Apply the migration."}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "alembic upgrade head"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": UPGRADE_OUT}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "input": {"command": "alembic upgrade head"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": UPGRADE_OUT}
+                ],
+            },
             {"role": "assistant", "content": [{"type": "text", "text": "Applied."}]},
             {"role": "user", "content": [{"type": "text", "text": "Check the service."}]},
         ],
@@ -68,7 +86,11 @@ def cc_compacted(suffix: str = "cf6", latest: str = "Roll back the migration.") 
 def send(stack: GateStack, body: dict[str, Any], sid: str | None, **extra: Any) -> Any:
     client = anthropic.Anthropic(base_url=stack.url, api_key="sk-ant-test", max_retries=0)
     headers = {"x-claude-code-session-id": sid} if sid else {}
-    meta = {"user_id": json.dumps({"device_id": "d" * 64, "account_uuid": "", "session_id": sid})} if sid else None
+    meta = (
+        {"user_id": json.dumps({"device_id": "d" * 64, "account_uuid": "", "session_id": sid})}
+        if sid
+        else None
+    )
     kwargs: dict[str, Any] = {"metadata": meta} if meta else {}
     return client.messages.with_raw_response.create(
         model="claude-sonnet-4-5", max_tokens=64, extra_headers=headers, **body, **kwargs, **extra
@@ -95,7 +117,9 @@ def stacks() -> Any:
 
 def test_metadata_user_id_json_of_claude_code_2_1() -> None:
     sid = str(uuid.uuid4())
-    uid = json.dumps({"device_id": "50b7" * 16, "account_uuid": "", "session_id": sid}, separators=(",", ":"))
+    uid = json.dumps(
+        {"device_id": "50b7" * 16, "account_uuid": "", "session_id": sid}, separators=(",", ":")
+    )
     got = explicit_id({}, {"metadata": {"user_id": uid}})
     assert got is not None and got.value == sid and got.source == "body:metadata.user_id"
 
@@ -104,7 +128,10 @@ def test_billing_line_is_not_part_of_the_system_identity() -> None:
     a = "x-anthropic-billing-header: cc_version=2.1.332.fa7; cc_entrypoint=sdk-cli;\nYou are Claude Code."
     b = "x-anthropic-billing-header: cc_version=2.1.332.cf6; cc_entrypoint=sdk-cli;\nYou are Claude Code."
     assert stable_system(a) == stable_system(b) == "You are Claude Code."
-    assert stable_system("You are Claude Code.\nUse x-header: values") == "You are Claude Code.\nUse x-header: values"
+    assert (
+        stable_system("You are Claude Code.\nUse x-header: values")
+        == "You are Claude Code.\nUse x-header: values"
+    )
     t = classify(from_body("messages", cc_history("fa7")), from_body("messages", cc_history("cf6")))
     assert t.kind == "append" and not t.system_changed
 
@@ -150,18 +177,26 @@ LC_BEFORE = [
 ]  # fmt: skip
 LC_AFTER = [
     {"role": "system", "content": "You are a database agent."},
-    {"role": "user", "content": "Here is a summary of the conversation to date:\n\nThe user applied a migration and the service checks passed."},
+    {
+        "role": "user",
+        "content": "Here is a summary of the conversation to date:\n\nThe user applied a migration and the service checks passed.",
+    },
 ]
 
 
 def test_a_history_that_starts_from_a_summary_is_not_a_summarization_request() -> None:
     snap = from_body("chat", _langchain(LC_AFTER))
     assert detect_summarize_request(snap, default_markers()) is None
-    asked = from_body("chat", _langchain([*LC_BEFORE, {"role": "user", "content": "Summarize the conversation so far."}]))
+    asked = from_body(
+        "chat",
+        _langchain([*LC_BEFORE, {"role": "user", "content": "Summarize the conversation so far."}]),
+    )
     assert detect_summarize_request(asked, default_markers()) is not None
 
 
-def test_langchain_continuation_as_last_user_message_is_refused_live_under_strict(stacks: Any) -> None:
+def test_langchain_continuation_as_last_user_message_is_refused_live_under_strict(
+    stacks: Any,
+) -> None:
     stack = stacks("strict")
     client = openai.OpenAI(base_url=stack.openai_base_url, api_key="sk-test", max_retries=0)
     client.chat.completions.create(model="gpt-4o", messages=LC_BEFORE)  # type: ignore[arg-type]
@@ -192,7 +227,10 @@ def test_note_goes_right_after_the_summary_is_byte_stable_and_shows_the_line(sta
     idx, note = _note_of(first)
     blocks = first["messages"][0]["content"]
     # right after the summary block, before the user's latest text of the same message
-    assert blocks[idx - 1]["text"] == CONTINUATION and blocks[idx + 1]["text"] == "Roll back the migration."
+    assert (
+        blocks[idx - 1]["text"] == CONTINUATION
+        and blocks[idx + 1]["text"] == "Roll back the migration."
+    )
     # each binding with the line it came from: which revision is the old head is visible
     assert f'"{UPGRADE_LINE}"' in note and f"`{FROM}`" in note
     # the next request repeats it byte for byte, in the same place (prompt caching)
@@ -205,6 +243,29 @@ def test_note_goes_right_after_the_summary_is_byte_stable_and_shows_the_line(sta
     again = stack.fake.model_requests()[-1].json
     assert _note_of(again) == (idx, note)
     assert json.dumps(again["messages"][0]) == json.dumps(first["messages"][0])
+
+
+def test_a_regenerated_turn_after_the_repair_keeps_the_note_where_it_was(stacks: Any) -> None:
+    """The model acts on the re-injected value; the client withdraws that turn and asks
+    again (a regenerate, a retry after an error): the value is still lost to the client,
+    and the repair stays one note right after the summary, byte for byte (not a second
+    note after the user's latest text, which would hide the question from the model)."""
+    from tests.support.fake_upstream import ToolCall
+
+    def downgrade(call: Call) -> Reply:
+        return Reply(tool_calls=[ToolCall("Bash", {"command": f"alembic downgrade {FROM}"})])
+
+    stack = stacks("default")
+    stack.fake.responder = downgrade
+    sid = str(uuid.uuid4())
+    send(stack, cc_history(), sid)
+    send(stack, cc_compacted(), sid)
+    first = stack.fake.model_requests()[-1].json
+    send(stack, cc_compacted(), sid)  # the tool call withdrawn, the same request again
+    again = stack.fake.model_requests()[-1].json
+    assert json.dumps(again["messages"]) == json.dumps(first["messages"])
+    assert json.dumps(again["messages"]).count("[compaction-gate:") == 1
+    assert again["messages"][-1]["content"][-1]["text"] == "Roll back the migration."
 
 
 def test_note_without_summary_never_splits_leading_system_and_kept_context() -> None:
@@ -244,7 +305,9 @@ def test_strict_refusal_then_summarization_call_contracts_the_lost_bindings(stac
     assert not [k for k in kinds[1:] if k[0] == "compaction" and k[2] == "safe"]
     # re-compaction: the summarization call gets a contract naming the lost binding
     summarize = cc_compacted()
-    summarize["messages"][0]["content"].append({"type": "text", "text": "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."})
+    summarize["messages"][0]["content"].append(
+        {"type": "text", "text": "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."}
+    )
     send(stack, summarize, sid)
     sent = json.dumps(stack.fake.model_requests()[-1].json)
     assert "[compaction-gate: summary contract]" in sent and FROM in sent
@@ -275,11 +338,21 @@ def test_repair_state_survives_a_restart(stacks: Any, tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- aider
 
 
-AIDER_RUN = f"I ran this command:\n\nalembic upgrade head\n\nAnd got this output:\n\n{UPGRADE_OUT}\n"
+AIDER_RUN = (
+    f"I ran this command:\n\nalembic upgrade head\n\nAnd got this output:\n\n{UPGRADE_OUT}\n"
+)
 
 
 def test_pasted_command_output_opens_obligations() -> None:
-    snap = from_body("chat", {"messages": [{"role": "user", "content": AIDER_RUN}, {"role": "user", "content": f"I think {FROM} is fine"}]})
+    snap = from_body(
+        "chat",
+        {
+            "messages": [
+                {"role": "user", "content": AIDER_RUN},
+                {"role": "user", "content": f"I think {FROM} is fine"},
+            ]
+        },
+    )
     from proxy.core.identifiers.extract import extract_snapshot
 
     ids = list(extract_snapshot(snap))

@@ -25,6 +25,7 @@ from typing import Any
 import openai
 import pytest
 
+import proxy
 from tests.e2e import story
 from tests.support import BackgroundLoop
 from tests.support.fake_upstream import Call, FakeUpstream, Reply, ToolCall
@@ -73,7 +74,11 @@ class LiteLLM:
             "model_list": [
                 {
                     "model_name": "gpt-4o",
-                    "litellm_params": {"model": "openai/gpt-4o", "api_base": upstream, "api_key": "sk-upstream-fake"},
+                    "litellm_params": {
+                        "model": "openai/gpt-4o",
+                        "api_base": upstream,
+                        "api_key": "sk-upstream-fake",
+                    },
                 }
             ],
             "guardrails": [
@@ -93,8 +98,16 @@ class LiteLLM:
             "litellm_settings": {"num_retries": 0, "request_timeout": 30},
         }
         (self.dir / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM_", "DATABASE_URL", "OPENAI_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("LITELLM_", "DATABASE_URL", "OPENAI_"))
+        }
         dead = f"http://127.0.0.1:{_free_port()}"
+        # LiteLLM imports the guardrail by module path: the same gate code this test imports
+        # (an editable install's import hook is not seen by every LiteLLM import path)
+        here = str(Path(proxy.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
         env.update(
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             LITELLM_TELEMETRY="False",
@@ -106,7 +119,15 @@ class LiteLLM:
         )
         self.log = (self.dir / "litellm.log").open("wb")
         self.proc = subprocess.Popen(
-            [_litellm_cli(), "--config", str(self.dir / "config.yaml"), "--host", "127.0.0.1", "--port", str(self.port)],
+            [
+                _litellm_cli(),
+                "--config",
+                str(self.dir / "config.yaml"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
             cwd=self.dir,
             env=env,
             stdout=self.log,
@@ -123,12 +144,15 @@ class LiteLLM:
             if self.proc.poll() is not None:
                 break
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health/liveliness", timeout=2):
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.port}/health/liveliness", timeout=2
+                ):
                     return
             except OSError:
                 time.sleep(0.3)
+        out = self.output()
         self.stop()
-        pytest.fail(f"LiteLLM did not start (exit {self.proc.returncode}):\n{self.output()[-4000:]}")
+        pytest.fail(f"LiteLLM did not start (exit {self.proc.returncode}):\n{out[-4000:]}")
 
     def output(self) -> str:
         self.log.flush()
@@ -141,7 +165,9 @@ class LiteLLM:
 
     def client(self, session: str, max_retries: int = 0) -> openai.OpenAI:
         return openai.OpenAI(
-            api_key=MASTER_KEY, base_url=self.base_url, max_retries=max_retries,
+            api_key=MASTER_KEY,
+            base_url=self.base_url,
+            max_retries=max_retries,
             default_headers={"x-litellm-session-id": session},
         )
 
@@ -168,7 +194,9 @@ def model() -> Iterator[tuple[Model, FakeUpstream]]:
 
 
 @pytest.fixture(scope="module")
-def proxies(model: tuple[Model, FakeUpstream], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiteLLM]]:
+def proxies(
+    model: tuple[Model, FakeUpstream], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, LiteLLM]]:
     _, fake = model
     tmp = tmp_path_factory.mktemp("litellm")
     spill = tmp / "spill.yaml"
@@ -208,7 +236,9 @@ def test_default_reinjects_and_the_rollback_uses_the_original_revision(
     agent.work(story.TASK)
     agent.compact(story.LOSSY_SUMMARY)  # the client's own summary dropped the revision
     raw = agent.client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=agent.messages + [{"role": "user", "content": story.ROLLBACK_ASK}], tools=[story.BASH_OPENAI]
+        model="gpt-4o",
+        messages=agent.messages + [{"role": "user", "content": story.ROLLBACK_ASK}],
+        tools=[story.BASH_OPENAI],
     )
     calls = raw.parse().choices[0].message.tool_calls or []
     assert story.rollback_target(calls[0].function.arguments) == story.REVISION
@@ -247,7 +277,11 @@ def test_strict_refuses_with_litellms_400_naming_the_revision(
     assert err.response.headers["x-compaction-gate-action"] == "reject"
     assert len(fake.model_requests()) == before  # ... and nothing reached the model
     conversation = err.response.headers["x-compaction-gate-conversation"]
-    rejects = [e for e in _mine(proxy.events(), conversation) if e["kind"] == "compaction" and e["action"] == "reject"]
+    rejects = [
+        e
+        for e in _mine(proxy.events(), conversation)
+        if e["kind"] == "compaction" and e["action"] == "reject"
+    ]
     assert len(rejects) == 1
 
 
@@ -258,7 +292,9 @@ def _inventing(call: Call) -> Reply:
     return story.responder(call)
 
 
-def test_a_streamed_invented_revision_is_blocked(proxies: dict[str, LiteLLM], responder: Model) -> None:
+def test_a_streamed_invented_revision_is_blocked(
+    proxies: dict[str, LiteLLM], responder: Model
+) -> None:
     proxy = proxies["default"]
     responder.respond = _inventing
     agent = _agent(proxy, True)
@@ -272,7 +308,9 @@ def test_a_streamed_invented_revision_is_blocked(proxies: dict[str, LiteLLM], re
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_the_summarization_call_is_gated(proxies: dict[str, LiteLLM], model: tuple[Model, FakeUpstream], stream: bool) -> None:
+def test_the_summarization_call_is_gated(
+    proxies: dict[str, LiteLLM], model: tuple[Model, FakeUpstream], stream: bool
+) -> None:
     proxy, fake = proxies["default"], model[1]
     agent = _agent(proxy, stream)
     agent.work(story.TASK)

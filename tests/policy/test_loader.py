@@ -156,7 +156,8 @@ def test_regenerability_rules_and_priorities() -> None:
     pol = load_policy("default")
     assert pol.regenerable("git_sha", False, tool="bash", command="git log --oneline") is True
     assert pol.regenerable("git_sha", False, tool="bash", command="git rev-parse HEAD") is False
-    assert pol.regenerable("path", False) is True
+    # paths follow their provenance (a stamped backup path a step minted is required)
+    assert pol.regenerable("path", False) is False and pol.regenerable("path", True) is True
     assert pol.priority("alembic_revision", False) > pol.priority("alembic_revision", True)
     assert pol.priority("alembic_revision", False) > pol.priority("uuid", False)
     assert pol.allowlisted("0000000") and not pol.allowlisted("3f9a1c2b7d4e")

@@ -216,10 +216,36 @@ class Conversation:
             body["metadata"] = dict(self.metadata)
         return body
 
-    def body(self, dialect: Dialect) -> dict[str, Any]:
+    def to_responses(self, model: str = "gpt-5-codex") -> dict[str, Any]:
+        """An OpenAI Responses API body: ``instructions`` and ``input`` items (messages,
+        ``function_call`` and ``function_call_output``), as Codex sends it."""
+        items: list[dict[str, Any]] = []
+        for t in self.turns:
+            if t.role == "tool":
+                items.append({"type": "function_call_output", "call_id": t.call_id, "output": t.text})
+                continue
+            if t.text:
+                kind = "input_text" if t.role == "user" else "output_text"
+                items.append({"type": "message", "role": t.role, "content": [{"type": kind, "text": t.text}]})
+            for c in t.calls:
+                items.append({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)})
+        body: dict[str, Any] = {"model": model, "input": items}
+        if self.system:
+            body["instructions"] = self.system
+        if self.tools:
+            body["tools"] = [{"type": "function", **dict(f)} for f in self.tools]
+        return body
+
+    def body(self, dialect: str) -> dict[str, Any]:
+        if dialect == "responses":
+            return self.to_responses()
         return self.to_openai() if dialect == "openai" else self.to_anthropic()
 
-    def snapshot(self, dialect: Dialect = "openai") -> Snapshot:
+    def snapshot(self, dialect: str = "openai") -> Snapshot:
+        from proxy.core.messages import from_openai_responses
+
+        if dialect == "responses":
+            return from_openai_responses(self.to_responses())
         return from_openai_chat(self.to_openai()) if dialect == "openai" else from_anthropic(self.to_anthropic())
 
 
@@ -473,9 +499,9 @@ def _upload(b: _Builder, filler: int) -> Conversation:
         binds=[
             ("upload_id", up, "upload_id", "the multipart upload id (needed to resume or complete)",
              f"the multipart upload id is {up}", "a multipart upload was created"),
-            ("object_key", key, "path", "the object key of the upload",
-             f"the object key is {key}", "the object key is the dump's name"),
         ],
+        # the object key is the agent's own name for the dump: an echo (PRINCIPLES §3b)
+        regen=[("object_key", key, "path")],
     )
     for n, etag in ((1, e1), (2, e2)):
         b.run(
@@ -565,9 +591,8 @@ def _k8s(b: _Builder, filler: int) -> Conversation:
         "kubectl -n shop set image deployment/api api=registry.acme.io/shop/api:v2.14.0",
         "deployment.apps/api image updated",
         recap="updated the image to v2.14.0",
-        binds=[("deployment", "deployment.apps/api", "k8s_resource", "the deployment changed",
-                "the deployment is deployment.apps/api", "the deployment was updated")],
-        aliases={"deployment": ("deployment/api",)},
+        # the deployment's name comes from the task: derivable (PRINCIPLES §3b)
+        regen=[("deployment", "deployment.apps/api", "k8s_resource")],
     )
     b.run(
         "kubectl -n shop rollout status deployment/api --timeout=120s",
@@ -608,12 +633,9 @@ def _terraform(b: _Builder, filler: int) -> Conversation:
         f"aws_db_instance.orders: Modifications complete after 12m41s [id={dbi}]\n\n"
         "Apply complete! Resources: 0 added, 1 changed, 0 destroyed.",
         recap="applied the change",
-        binds=[
-            ("tf_address", "aws_db_instance.orders", "terraform_address", "the resource changed",
-             "the changed resource is aws_db_instance.orders", "the database resource was changed"),
-            ("db_resource_id", dbi, "aws_resource_id", "the resource id of the modified instance",
-             f"its resource id is {dbi}", "the instance was modified"),
-        ],
+        # a configuration address and the id of an instance that already existed
+        # (PRINCIPLES §3b, §3c): neither was minted by the apply
+        regen=[("tf_address", "aws_db_instance.orders", "terraform_address"), ("db_resource_id", dbi, "aws_resource_id")],
     )
     b.say("The instance class change is applied. I will watch replication lag and error rates.")
     b.filler(filler, late=True)
@@ -676,8 +698,8 @@ def _kafka(b: _Builder, filler: int) -> Conversation:
         "--reset-offsets --to-datetime 2024-06-11T08:00:00.000 --execute",
         f"GROUP            TOPIC     PARTITION  NEW-OFFSET\n{rows2}",
         recap="reset the offsets to 08:00",
-        binds=[(f"offset_after_{p}", str(n), "kafka_offset", f"new offset of partition {p}",
-                f"now topic invoices partition {p} offset {n}", f"partition {p} was rewound") for p, n in enumerate(new)],
+        # the new offsets are the current state, read again by --describe (PRINCIPLES §3c)
+        regen=[(f"offset_after_{p}", str(n), "kafka_offset") for p, n in enumerate(new)],
     )
     b.say("Offsets are rewound. The consumers will reprocess from 08:00; I will watch for duplicates.")
     b.filler(filler, late=True)
@@ -713,10 +735,8 @@ def _refactor(b: _Builder, filler: int) -> Conversation:
         f"git mv -v {old} {new}",
         f"Renaming {old} to {new}",
         recap="moved the module",
-        binds=[
-            ("old_path", old, "path", "the module's old path", f"the module moved from {old}", "the module was moved"),
-            ("new_path", new, "path", "the module's new path", f"to {new}", "to its new name"),
-        ],
+        # both paths are names the task gave (PRINCIPLES §3b)
+        regen=[("old_path", old, "path"), ("new_path", new, "path")],
     )
     b.run(
         "pytest -q tests/payments",
@@ -1009,6 +1029,59 @@ def scrub(conv: Conversation, values: Iterable[str], replacement: str = "(value 
     return conv.with_turns(turns, system=clean(conv.system))
 
 
+def _command_line(c: ToolCall) -> str | None:
+    cmd = c.arguments.get("command") if isinstance(c.arguments, Mapping) else None
+    return cmd if isinstance(cmd, str) else None
+
+
+def pasted(conv: Conversation, style: Literal["aider", "cline"] = "aider") -> Conversation:
+    """The same history from an agent without tool calling: every call and its result
+    become text (PRINCIPLES §2: the role that carries the text does not matter).
+
+    ``aider``: the user pastes ``I ran this command: … And got this output: …`` (a JSON
+    tool call is pasted as ``[tool for '{args}'] Result:``); ``cline``: the assistant writes
+    ``<execute_command><command>…</command></execute_command>`` and the user answers
+    ``[execute_command for '…'] Result:``. Planted values and steps keep their meaning;
+    turn indices change, so steps are re-indexed."""
+    out: list[Turn] = []
+    index: dict[int, int] = {}
+    calls: dict[str, ToolCall] = {}
+    for i, t in enumerate(conv.turns):
+        if t.role == "assistant" and t.calls:
+            for c in t.calls:
+                calls[c.id] = c
+            if style == "cline":
+                xml = "\n".join(
+                    f"<execute_command>\n<command>{_command_line(c)}</command>\n</execute_command>"
+                    if _command_line(c) is not None
+                    else f"<{c.name}>\n{json.dumps(c.arguments)}\n</{c.name}>"
+                    for c in t.calls
+                )
+                out.append(Turn("assistant", (t.text + "\n" if t.text else "") + xml))
+            elif t.text:
+                out.append(Turn("assistant", t.text))
+            index[i] = max(0, len(out) - 1)
+            continue
+        if t.role == "tool":
+            c = calls.get(t.call_id or "")
+            cmd = _command_line(c) if c is not None else None
+            if style == "aider" and cmd is not None:
+                text = f"I ran this command:\n\n{cmd}\n\nAnd got this output:\n\n{t.text}\n"
+            elif cmd is not None:
+                text = f"[execute_command for '{cmd}'] Result:\nCommand executed.\nOutput:\n{t.text}"
+            else:
+                args = json.dumps(c.arguments) if c is not None else ""
+                text = f"[{c.name if c else 'tool'} for '{args}'] Result:\n{t.text}"
+            out.append(Turn("user", text))
+            index[i] = len(out) - 1
+            continue
+        out.append(t)
+        index[i] = len(out) - 1
+    steps = tuple(replace(st, first=index.get(st.first, 0), last=index.get(st.last, 0)) for st in conv.steps)
+    planted = tuple(replace(p, turn=index.get(p.turn, p.turn)) for p in conv.planted)
+    return replace(conv, turns=tuple(out), steps=steps, planted=planted, tools=())
+
+
 def benign_truncation(conv: Conversation) -> Compaction:
     """Plain truncation that cuts only the read-only head (before the first binding)."""
     return compact(conv, "truncation", keep_last=len(conv.turns) - conv.first_binding_step())
@@ -1094,6 +1167,7 @@ __all__ = [
     "build_task",
     "compact",
     "mask",
+    "pasted",
     "scrub",
     "summarization_request",
     "transcript",

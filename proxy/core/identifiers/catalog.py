@@ -17,6 +17,8 @@ A rule (gitleaks / Nosey Parker style) is data::
       regenerable: false             # default regenerability of the kind
       sensitive: false               # secrets class: never re-injected in clear
       priority: 40                   # overlap resolution: higher wins
+      binding: version               # what such a value is to the provenance rules
+                                     # (PRINCIPLES.md; see BINDING_CLASSES below)
       nests: false                   # a locator (path/URL) that may contain other matches
       norm: "{topic}:{partition}@{offset}"   # optional norm template over named groups
       validators: [has_digit_and_letter]     # named in validators.VALIDATORS, all must pass
@@ -77,6 +79,25 @@ __all__ = ["DEFAULT_RULES_FILE", "Catalog", "CatalogError", "Example", "Rule"]
 DEFAULT_RULES_FILE = "detectors.yaml"
 
 ContextScope = Literal["window", "line", "text"]
+BindingClass = Literal["handle", "version", "state", "name", "noise"]
+
+#: What a detected value is, for the provenance rules (:mod:`.provenance`):
+#:
+#: - ``handle``: the identifier of an entity or an operation (upload id, lock token,
+#:   refund id, UUID …): required when a state-changing step minted it.
+#: - ``version``: the id of an immutable version that is also the *value* of a state
+#:   (a commit, a migration revision, an image digest): required when minted, and as
+#:   the prior state of a later change (the HEAD before a reset).
+#: - ``state``: a value of a state, never an entity (an offset, an LSN, an image
+#:   reference, a DNS target): the new value a change reports is current state that can
+#:   be read again; required only as the prior state of a change.
+#: - ``name``: a human-given name or locator (a path, a URL, a terraform address, a k8s
+#:   ``kind/name``): required only when it has a machine-made part (a stamp, a random
+#:   suffix) and a state-changing step minted it.
+#: - ``noise``: ids of read-only noise (request and trace ids, layer digests of a
+#:   pull, wheel hashes): never required unless the agent itself wrote it into a
+#:   state-changing call.
+BINDING_CLASSES: tuple[str, ...] = ("handle", "version", "state", "name", "noise")
 Boundary = Literal["word", "camel"]
 #: Compiled pattern of the rule engine (``regex`` when available, else ``re``).
 Pattern = Any
@@ -86,7 +107,7 @@ _RULE_KEYS = frozenset(
         "id", "kind", "description", "pattern", "group", "ignore_case", "anchors", "context",
         "regenerable", "sensitive", "priority", "nests", "norm", "validators", "filters",
         "skip_filters", "examples", "negative_examples", "max_len", "prefilter", "reach", "boundary",
-        "tokens", "expand", "run_len",
+        "tokens", "expand", "run_len", "binding",
     }
 )
 _CONTEXT_KEYS = frozenset({"required", "boost", "window", "scope"})
@@ -160,13 +181,15 @@ class Rule:
     #: ``://`` in a URL): the match starts at the left end of their run (a ``bytes``
     #: pattern run over the reversed ASCII view of the text).
     expand: re.Pattern[bytes] | None = None
+    #: What such a value is to the provenance rules (:data:`BINDING_CLASSES`).
+    binding: BindingClass = "handle"
     raw: str = field(default="", compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------- YAML loading
 
 
-class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]
+class _LineLoader(yaml.SafeLoader):
     """SafeLoader that records the line of every mapping under the key ``__line__``."""
 
 
@@ -400,6 +423,9 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
     boundary = raw.get("boundary")
     if boundary not in (None, "word", "camel"):
         raise CatalogError(f"{where}: 'boundary' must be 'word' or 'camel'")
+    binding = raw.get("binding", "handle")
+    if binding not in BINDING_CLASSES:
+        raise CatalogError(f"{where}: 'binding' must be one of {', '.join(BINDING_CLASSES)}")
     return Rule(
         id=rid,
         kind=kind,
@@ -433,6 +459,7 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         context_literals=_context_literals(required),
         tokens=tuple(t.lower() for t in _as_str_list(raw.get("tokens"), "tokens", where)),
         expand=expand,
+        binding=binding,
         raw=json.dumps({k: v for k, v in raw.items() if k != "__line__"}, sort_keys=True, default=str),
     )
 
@@ -569,6 +596,11 @@ class Catalog:
     def is_allowed(self, value: str, norm: str) -> bool:
         """Whether the allowlist suppresses this value."""
         return any(a.matches(value, norm) for a in self.allowlist)
+
+    def binding_of(self, rule_id: str) -> str:
+        """The binding class of a rule's values (``handle`` for unknown rules)."""
+        r = self._by_id.get(rule_id)
+        return r.binding if r is not None else "handle"
 
     def kind_regenerable(self, kind: str) -> bool:
         """Default regenerability of ``kind`` (true only if every rule of it says so)."""

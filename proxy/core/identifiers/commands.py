@@ -25,6 +25,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
@@ -246,6 +247,7 @@ _WRITE_VERBS = (
     "initiate", "begin", "invoke", "trigger", "enable", "disable", "attach", "detach", "tag",
     "untag", "import", "transfer", "pay", "void", "finalize", "confirm", "reserve", "claim",
     "multiedit", "notebookedit", "str_replace", "todowrite", "todo_write", "make", "generate", "build",
+    "login", "signin", "authenticate", "issue", "mint", "grant", "renew", "receive", "dispatch",
 )
 _NAMED_TOOLS: Mapping[str, bool] = {
     "read": False, "glob": False, "grep": False, "ls": False, "webfetch": False, "websearch": False,
@@ -553,10 +555,10 @@ def _by_subcommand(label: str, sub: str, read_only: frozenset[str], mutating: fr
     """Classify a migration tool by its subcommand (all of them touch the ``db`` domain)."""
     name = f"{label} {sub}"
     if sub in read_only:
-        return _ro(name, "db")
+        return _ro(name, "db", "db:migrate")
     if sub in mutating:
-        return _mut(name, "db")
-    return _unknown(name, "db")
+        return _mut(name, "db", "db:migrate")
+    return _unknown(name, "db", "db:migrate")
 
 
 def _alembic(args: list[str]) -> _Seg:
@@ -697,6 +699,64 @@ def _redirect_targets(words: list[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+#: Flags that say a command only looks (PRINCIPLES §3a) or acts (§2a), whatever the tool.
+_RO_FLAGS = frozenset({"--dry-run", "--dryrun", "--what-if", "--whatif", "--noop", "--check", "--plan", "--diff", "--validate-only"})
+_RW_FLAGS = frozenset({"--execute", "--apply", "--async", "--force", "--yes", "-y", "--confirm", "--commit", "--approve", "--auto-approve", "--no-dry-run"})
+#: Read verbs that decide a command even after a noun that is also a verb (``gh run list``).
+_STRICT_READ = frozenset(
+    """get list ls describe show status view info inspect cat logs log history search query watch
+    diff whoami version help lookup find fetch tail head read print explain check""".split()
+)
+_CLI_SPLIT = re.compile(r"[-_.:]+")
+#: Flags whose value is code for an interpreter or a query language.
+_CODE_FLAGS = frozenset({"--eval", "-e", "--command", "-c", "--execute", "--query", "-q", "--script"})
+
+
+def _generic_cli(prog: str, args: list[str], seg: _Seg) -> _Seg:
+    """A command no table knows, judged by what it says (PRINCIPLES §2, "a tool the gate has
+    never heard of is judged by what its call and output say"): a dry-run or check flag
+    reads; an ``--execute``/``--apply``/``--async``/``--force`` flag acts; otherwise the
+    verbs among the program's name parts and its first positional words (``backup-put``,
+    ``etcdctl lease grant``, ``flagctl set``, ``gh run list``) decide, a strict read verb
+    winning over a noun that happens to be a verb. SQL text in an argument decides by the
+    statement. ``None`` stays when nothing speaks."""
+    flags = {a.split("=", 1)[0] for a in args if a.startswith("-")}
+    if flags & _RO_FLAGS:
+        return _Seg(False, seg.domains, f"{seg.reason} (dry run)")
+    for a in args:
+        if not a.startswith("-") and " " in a.strip() and (_SQL_MUT_RE.search(a) or _SQL_RO_RE.match(a.strip())):
+            sql = _sql_text_class(a, prog)
+            return _Seg(sql.mutating, seg.domains | sql.domains, sql.reason)
+    parts = [w.lower() for w in _CLI_SPLIT.split(prog) if w]
+    words = parts if len(parts) > 1 else []  # a compound name speaks (backup-put, deploy.sh); make does not
+    for i, a in enumerate(args):  # code passed to an interpreter: db.orders.updateOne(…)
+        if a in _CODE_FLAGS and i + 1 < len(args):
+            calls = re.findall(r"\.([a-z]+)[A-Z]?\w*\s*\(", args[i + 1])
+            verbs = [c for c in calls if c in _WRITE_VERBS or c in _CLI_WRITE_VERBS or c in _STRICT_READ or c in _READ_VERBS]
+            if any(v in _WRITE_VERBS or v in _CLI_WRITE_VERBS for v in verbs):
+                return _Seg(True, seg.domains, f"{seg.reason} (code {verbs[0]})")
+            if verbs:
+                return _Seg(False, seg.domains, f"{seg.reason} (code {verbs[0]})")
+    words += [w.lower() for a in _positional(args)[:3] for w in _CLI_SPLIT.split(a) if w and "/" not in a and "=" not in a]
+    if any(w in _STRICT_READ for w in words):
+        return _Seg(False, seg.domains, f"{seg.reason} (verb)")
+    if flags & _RW_FLAGS:
+        return _Seg(True, seg.domains, f"{seg.reason} (flag)")
+    for w in words:
+        if w in _WRITE_VERBS or w in _CLI_WRITE_VERBS:
+            return _Seg(True, seg.domains, f"{seg.reason} (verb {w})")
+        if w in _READ_VERBS:
+            return _Seg(False, seg.domains, f"{seg.reason} (verb {w})")
+    return seg
+
+
+#: CLI verbs beyond the tool-name verbs (``restic backup``, ``etcdctl lease grant``).
+_CLI_WRITE_VERBS = frozenset(
+    """backup snapshot grant renew ack promote flip switch rotate issue register provision
+    allocate enqueue receive deregister unregister restore failover cutover mint sign put""".split()
+)
+
+
 def _classify_words(words: list[str], raw: str = "") -> _Seg:
     """Classify one simple command given as words."""
     ws = [w for w in words]
@@ -733,6 +793,8 @@ def _classify_words(words: list[str], raw: str = "") -> _Seg:
         c = _classify_chain(args[1])
         return _Seg(c.mutating, c.domains, c.reason)
     seg = _dispatch(prog, args, raw or " ".join(ws))
+    if seg.mutating is None:
+        seg = _generic_cli(prog, args, seg)
     files = _file_domains(prog, args) if seg.domains <= {"fs"} else frozenset()
     if redirect:
         files |= _redirect_targets(ws)
@@ -789,13 +851,13 @@ def _dispatch(prog: str, args: list[str], raw: str) -> _Seg:
         pos = _positional(args)
         if pos and any(p.startswith("db:") for p in pos):
             ro = all(p in ("db:migrate:status", "db:version", "db:schema:dump") for p in pos if p.startswith("db:"))
-            return _ro(f"{prog} db status", "db") if ro else _mut(f"{prog} {pos[0]}", "db")
+            return _ro(f"{prog} db status", "db", "db:migrate") if ro else _mut(f"{prog} {pos[0]}", "db", "db:migrate")
         return _unknown(prog)
     if prog in ("prisma", "knex", "sequelize", "goose", "migrate", "dbmate", "atlas", "liquibase", "sqitch"):
         joined = " ".join(args)
         if re.search(r"\b(status|info|history|validate|version|diff|inspect|list|log|verify|lint)\b", joined) and not re.search(r"\b(deploy|up|latest|migrate:latest|dev|reset|apply|update|rollback|down|push|redo|revert)\b", joined):
-            return _ro(f"{prog} status", "db")
-        return _mut(f"{prog} {joined}".strip(), "db")
+            return _ro(f"{prog} status", "db", "db:migrate")
+        return _mut(f"{prog} {joined}".strip(), "db", "db:migrate")
     if prog in ("curl", "wget", "http", "https", "xh"):
         if prog == "wget":
             return _ro("wget") if "--spider" in args or "-O-" in args or "-qO-" in args else _mut("wget", "fs")
@@ -849,8 +911,10 @@ def _classify_chain(command: str) -> CallClass:
     return CallClass(False, command, domains, "; ".join(dict.fromkeys(s.reason for s in segs)))
 
 
+@lru_cache(maxsize=4096)
 def classify_command(command: str) -> CallClass:
-    """Classify a shell command line (see module docstring). Never raises."""
+    """Classify a shell command line (see module docstring). Never raises. Memoised
+    (pure, and a history's commands are classified again on every lossy request)."""
     try:
         return _classify_chain(command)
     except Exception:  # pragma: no cover - defensive: classification must never break extraction
@@ -945,6 +1009,14 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
             return CallClass(True, None, frozenset(domains), f"verb _{last}")
         if last in _READ_VERBS:
             return CallClass(False, None, frozenset(domains), f"verb _{last}")
+        # a verb in the middle: "payments_create_intent", "dns_list_records"
+        mids = words[1:-1]
+        for w in mids:
+            if w in _WRITE_VERBS and w not in ("log", "test"):
+                return CallClass(True, None, frozenset(domains), f"verb _{w}_")
+        for w in mids:
+            if w in _READ_VERBS:
+                return CallClass(False, None, frozenset(domains), f"verb _{w}_")
         # an action argument: {"action": "create_refund"}
         act = args.get("action") or args.get("operation") or args.get("op")
         if isinstance(act, str):

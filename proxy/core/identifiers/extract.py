@@ -43,8 +43,10 @@ from .catalog import Catalog
 from .commands import CallClass, classify_call
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Origin, Source, redact
 from .normalize import normalize
-from .regen import CallRecord, RegenPolicy, default_regenerable, mark_regenerability
+from .provenance import CallRef, judge
+from .regen import CallRecord, RegenPolicy, apply_overrides, default_regenerable
 from .scanner import Cand, candidates
+from .steps import TextStep, text_steps
 
 __all__ = [
     "DEFAULT_CACHE",
@@ -499,9 +501,26 @@ def extract_snapshot(
         text = "\n".join(x for x in (t.name, t.description, t.schema) if x)
         src = Source(TOOLS_INDEX, "tool", "tool_def", tool_name=t.name, part_index=ti)
         out.extend(_to_identifiers(_cached_scan(None, text, cat, "", cache), src))
-    records = [
-        CallRecord(c.message_index, c.tool_name, c.cls.mutating, c.cls.domains, c.cls.command, c.tool_call_id)
-        for c in calls
-    ]
-    kind_defaults = {k: cat.kind_regenerable(k) for k in cat.kinds}
-    return mark_regenerability(out, records, policy, kind_defaults)
+    refs = {id(c): CallRef(c.message_index, c.part_index, c.tool_name, c.cls) for c in calls}
+    judged = judge(
+        snapshot,
+        out,
+        list(refs.values()),
+        {k: refs[id(c)] for k, c in links.items()},
+        cat.binding_of,
+        lambda mi, pi, text: _cached_text_steps(snapshot, mi, pi, text, cache),
+    )
+    return apply_overrides(judged, policy)
+
+
+def _cached_text_steps(snapshot: Snapshot, mi: int, pi: int, text: str, cache: ScanCache | None) -> tuple[TextStep, ...]:
+    digest = snapshot.messages[mi].digest if 0 <= mi < len(snapshot.messages) else None
+    if cache is None or not digest:
+        return text_steps(text)
+    key = ("steps", digest, pi)
+    hit = cache.get(key)
+    if isinstance(hit, tuple):
+        return hit
+    res = text_steps(text)
+    cache.put(key, res)
+    return res

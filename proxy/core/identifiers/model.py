@@ -92,6 +92,10 @@ class Identifier:
     - ``kind``: what it is (``git_sha``, ``uuid``, ``upload_id`` …); ``detector``: rule id.
     - ``regenerable``: can be fetched again without side effects (see :mod:`.regen`).
     - ``context``: short one-line snippet around the value for display (secrets redacted).
+    - ``why``: the rule of PRINCIPLES.md that decided ``regenerable`` (``2a`` minted by a
+      state-changing step, ``2b`` prior state of a later change, ``2c`` first written
+      into a state-changing call; ``3a``–``3d`` the reasons it is regenerable), set by
+      :mod:`.provenance`; empty before it ran.
     """
 
     value: str
@@ -104,6 +108,7 @@ class Identifier:
     start: int
     end: int
     context: str
+    why: str = ""
 
     @property
     def display(self) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "Relation",
     "edit_distance",
     "find_altered_in_text",
+    "identifying_token",
     "is_alias",
     "is_altered",
     "is_prefix_alias",
@@ -308,6 +309,45 @@ def relation(a_norm: str, b_norm: str, kind: str) -> Relation | None:
     if is_altered(a_norm, b_norm, kind):
         return "altered"
     return None
+
+
+def identifying_token(kind: str, norm: str) -> tuple[str, str | None] | None:
+    """For a composite value, the token that identifies it and its qualifier (PRINCIPLES
+    §4: "for a record such as ``group topic partition offset``, the binding is the
+    identifying token — the offset, with its partition"): Kafka offsets → (offset,
+    partition); an image reference pinned by digest → (digest, None); a resource URL or
+    an ARN ending in an assigned number or id → (that last segment, None). ``None`` for values
+    that are their own identifying token."""
+    if kind == "kafka_offset":
+        head, _, offset = norm.rpartition("@")
+        partition = head.rpartition(":")[2]
+        if offset.isdigit():
+            return offset, (partition if partition.isdigit() else None)
+        return None
+    if kind == "oci_image" and "@" in norm:
+        digest = norm.rpartition("@")[2]
+        return (digest, None) if ":" in digest else None
+    if kind == "aws_arn":  # arn:…:key/<id>: the resource id the service assigned
+        last = re.split(r"[:/]", norm)[-1]
+        from .validators import has_opaque_part
+
+        return (last, None) if len(last) >= 8 and has_opaque_part(last) else None
+    if kind == "url":
+        # a resource URL ending in what the service assigned: a number (…/pipelines/8182520)
+        # or a machine-made id (…/incidents/Q9ZOQVV8O9IOW5, …/operations/<uuid>)
+        m = _URL_LAST.search(norm.split("?", 1)[0].split("#", 1)[0])
+        if m is None:
+            return None
+        last = m.group(1)
+        if last.isdigit() and len(last) >= 4:
+            return last, None
+        from .validators import has_opaque_part
+
+        return (last, None) if len(last) >= 8 and has_opaque_part(last) else None
+    return None
+
+
+_URL_LAST = re.compile(r"/([A-Za-z0-9_.\-]+)/?$")
 
 
 def find_altered_in_text(a_norm: str, kind: str, text: str) -> str | None:

@@ -1,6 +1,10 @@
 """Regenerability: can a value be fetched again without side effects? (DESIGN §2)
 
-Rules, in order (all pure; policies may override per kind or per tool):
+:func:`extract_snapshot <.extract.extract_snapshot>` decides it by provenance
+(:mod:`.provenance`, the rules of corpus/PRINCIPLES.md) and then applies a policy's
+overrides with :func:`apply_overrides`. :func:`mark_regenerability` below is the earlier,
+table-driven rule set (source of the text, read-before-write by resource domain), kept
+for callers that only have identifiers and call records, not a snapshot:
 
 1. **Source.** Values in the system prompt or user text are *not* regenerable (the user
    said them; nothing can re-fetch them). A value in the result of a *mutating* call is
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 
 from .model import LOCATOR_KINDS, Identifier, Source
 
-__all__ = ["STABLE_NAME_KINDS", "CallRecord", "RegenPolicy", "default_regenerable", "mark_regenerability"]
+__all__ = ["STABLE_NAME_KINDS", "CallRecord", "RegenPolicy", "apply_overrides", "default_regenerable", "mark_regenerability"]
 
 #: Kinds exempt from read-before-write: names that still resolve after a mutation.
 STABLE_NAME_KINDS: frozenset[str] = LOCATOR_KINDS | frozenset({"k8s_resource", "terraform_address"})
@@ -118,6 +122,22 @@ def mark_regenerability(
         if ident.kind in pol.kind_overrides:
             regen = pol.kind_overrides[ident.kind]
         out.append(ident if regen == ident.regenerable else dataclasses.replace(ident, regenerable=regen))
+    return out
+
+
+def apply_overrides(identifiers: Sequence[Identifier], policy: RegenPolicy | None = None) -> list[Identifier]:
+    """Rule 3 alone: a policy's per-tool and per-kind overrides on top of regenerability
+    already judged (by :mod:`.provenance`)."""
+    if policy is None or not (policy.tool_overrides or policy.kind_overrides):
+        return list(identifiers)
+    out: list[Identifier] = []
+    for ident in identifiers:
+        src, regen = ident.source, ident.regenerable
+        if src.origin == "tool_result" and src.tool_name and src.tool_name in policy.tool_overrides:
+            regen = policy.tool_overrides[src.tool_name]
+        if ident.kind in policy.kind_overrides:
+            regen = policy.kind_overrides[ident.kind]
+        out.append(ident if regen == ident.regenerable else dataclasses.replace(ident, regenerable=regen, why="policy"))
     return out
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "VALIDATORS",
     "Validator",
     "fragmentation",
+    "has_opaque_part",
     "looks_opaque",
     "shannon_entropy",
 ]
@@ -113,6 +114,52 @@ def opaque_value(v: str) -> bool:
     if v.isdigit():
         return len(v) >= 6
     return len(v) >= 16 and _LOWER.search(v) is not None and _UPPER.search(v) is not None
+
+
+_PIECES = re.compile(r"[A-Za-z0-9]+")
+_HEX_RUN = re.compile(r"^[0-9a-fA-F]+$")
+#: A date with a time of day (to the minute at least): ``20240611T021500``,
+#: ``2024-06-11T02-15``, ``2024-06-11_02:15:00`` — a stamp nobody can derive later.
+_STAMP = re.compile(r"\d{8}[T_\-]?\d{4,6}|\d{4}-\d{2}-\d{2}[T_ \-]\d{2}[:\-]?\d{2}")
+_UUID_IN = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _opaque_piece(p: str) -> bool:
+    """One alphanumeric run of a value is machine-made (see :func:`has_opaque_part`)."""
+    n = len(p)
+    if n < 6:
+        return False
+    if p.isdigit():
+        return n >= 10  # a numeric id or an epoch stamp; order numbers and years are not
+    if not has_digit_and_letter(p):
+        # letters only: random when long and case-mixed inside (``JhUFPGSrXCl``)
+        return n >= 12 and _transitions(p) >= max(4, n // 4)
+    if _HEX_RUN.match(p) and n >= 7:
+        return True
+    if n < 8:
+        return False
+    tr = _transitions(p)
+    # two class changes (``vwga6nxuxe`` vs ``api2server``): many BPE pieces per character
+    # is what tells a random token from words glued to a number
+    return tr >= 3 or (tr == 2 and fragmentation(p) >= 0.4)
+
+
+def opaque_body(value: str) -> bool:
+    """The part after a vendor prefix (``var_``, ``chg_``, ``lk_``) is machine-made."""
+    body = value.split("_", 1)[-1] if "_" in value else value
+    return has_opaque_part(body)
+
+
+def has_opaque_part(value: str) -> bool:
+    """Whether ``value`` contains a machine-made part that nobody could derive again: a
+    random run (hex with digits and letters, a case- and digit-mixed token), a UUID, a
+    long numeric id, or a date-time stamp. Human-given names (``deploy/payments``,
+    ``exports/orders-2026-11.parquet``, ``billing-v2``, ``x86_64``) have none. This is
+    the shape test of PRINCIPLES §1 and §3b: an opaque identifier must be reproduced
+    exactly; a derivable name can be typed again."""
+    if _UUID_IN.search(value) or _STAMP.search(value):
+        return True
+    return any(_opaque_piece(p) for p in _PIECES.findall(value))
 
 
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
@@ -255,4 +302,6 @@ VALIDATORS: Mapping[str, Validator] = {
     "secret_value": secret_value,
     "not_all_digits": not_all_digits,
     "not_uuid": not_uuid,
+    "opaque_part": has_opaque_part,
+    "opaque_body": opaque_body,
 }

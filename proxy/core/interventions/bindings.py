@@ -45,6 +45,9 @@ class Binding:
     sensitive: bool = False
     priority: int = 0
     status: Literal["dropped", "altered"] = "dropped"
+    #: The identifier's diff identity (a fingerprint for secrets): how a repair tells that
+    #: a secret it cannot show came back.
+    norm: str = ""
     #: The line the value came from (secrets redacted), shown beside it so that related
     #: values stay distinguishable (``1a2b3c4d5e6f -> 4f9a2c1e7b3d``: which is the old head).
     line: str = ""

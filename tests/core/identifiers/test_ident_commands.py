@@ -114,9 +114,24 @@ MUTATING = [
     "helm upgrade web ./chart",
     "sed -i 's/a/b/' values.yaml",
     "find . -name '*.pyc' -delete",
+    # tools no table knows, judged by what the command says (PRINCIPLES §2)
+    "./deploy.sh",
+    "tar czf - src | backup-put --tag pre-rename",
+    "etcdctl lease grant 60",
+    "flagctl set checkout-v2 on",
+    "gh workflow run deploy.yml",
+    "vendorctl jobs submit --async report.yaml",
 ]
 
-UNKNOWN = ["python script.py", "./deploy.sh", "make", "node index.js"]
+UNKNOWN = ["python script.py", "make", "node index.js", "someprog --verbose"]
+
+
+GENERIC_READ_ONLY = ["etcdctl get /config/app", "gh run list", "flagctl get checkout-v2", "vendorctl apply --dry-run plan.yaml"]
+
+
+@pytest.mark.parametrize("cmd", GENERIC_READ_ONLY)
+def test_unknown_tools_reading(cmd: str) -> None:
+    assert classify_command(cmd).mutating is False, classify_command(cmd)
 
 
 @pytest.mark.parametrize("cmd", READ_ONLY)

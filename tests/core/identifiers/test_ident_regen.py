@@ -75,23 +75,29 @@ def test_tool_result_regenerability(cmd: str, output: str, value: str, regenerab
     assert regen_of(ids, value) is regenerable
 
 
-def test_user_and_system_values_are_not_regenerable() -> None:
+def test_values_only_mentioned_in_text_are_not_required() -> None:
+    """No step made or read them (PRINCIPLES §2): what the user, the system prompt or the
+    agent's prose merely mention is not a required binding, whoever says it."""
     s = snap(
         {"role": "user", "content": f"roll back to {SHA} and read /srv/app/main.py"},
+        {"role": "assistant", "content": f"I will edit /srv/app/main.py and keep {SHA2}."},
         system="Deploy bucket s3://acme-media/uploads is fixed.",
     )
     ids = extract_snapshot(s, cache=None)
-    assert not regen_of(ids, SHA)
-    assert not regen_of(ids, "/srv/app/main.py")
-    assert not regen_of(ids, "s3://acme-media/uploads")
+    for v in (SHA, SHA2, "/srv/app/main.py", "s3://acme-media/uploads"):
+        assert regen_of(ids, v), v
     system = [i for i in ids if i.source.origin == "system"]
     assert system and system[0].source.message_index == -1
 
 
-def test_assistant_prose_keeps_kind_default() -> None:
-    ids = extract_snapshot(snap({"role": "assistant", "content": f"I will edit /srv/app/main.py and keep {SHA}."}), cache=None)
-    assert regen_of(ids, "/srv/app/main.py") is True  # paths default to regenerable
-    assert regen_of(ids, SHA) is False  # opaque ids default to not regenerable
+def test_pasted_command_output_is_a_step() -> None:
+    """The same output pasted as user text (aider) is judged like a tool result."""
+    pasted = f"I ran this command:\n\naws s3api create-multipart-upload --bucket media --key big.bin\n\nAnd got this output:\n\n{json.dumps({'UploadId': UPLOAD})}\n"
+    ids = extract_snapshot(snap({"role": "user", "content": pasted}), cache=None)
+    (u,) = by_value(ids, UPLOAD)
+    assert u.regenerable is False and u.why == "2a"
+    read = "I ran this command:\n\ngit log -1 --format=%H\n\nAnd got this output:\n\n" + SHA + "\n"
+    assert regen_of(extract_snapshot(snap({"role": "user", "content": read}), cache=None), SHA) is True
 
 
 def test_tool_result_source_carries_the_call() -> None:
@@ -117,7 +123,9 @@ def test_tool_result_source_carries_the_call() -> None:
         ("git rev-parse HEAD", SHA, SHA, "git commit -am wip", False),  # additive: SHA still valid
         ("kubectl get deploy web -o jsonpath='{..image}'", IMG_OLD, IMG_OLD, f"kubectl set image deployment/web web={IMG_NEW}", True),
         ("alembic current", f"{REV} (head)", REV, "alembic upgrade head", True),
-        ("terraform state show aws_instance.web", 'id = "i-0a7e6875e450b9a77"', "i-0a7e6875e450b9a77", "terraform apply -auto-approve", True),
+        # the resource's own id is its identity, not its state: it names the same instance after the apply
+        ("terraform state show aws_instance.web", 'id = "i-0a7e6875e450b9a77"', "i-0a7e6875e450b9a77", "terraform apply -auto-approve", False),
+        ("terraform state show aws_instance.web", 'ami = "ami-0c55b159cbfafe1f0"', "ami-0c55b159cbfafe1f0", "terraform apply -auto-approve", True),
         ("kafka-consumer-groups --describe --group billing", "topic orders partition 3 offset 1234", "topic orders partition 3 offset 1234", "kafka-consumer-groups --group billing --topic orders --reset-offsets --to-offset 0 --execute", True),
         ("git rev-parse HEAD", SHA, SHA, "kubectl rollout restart deployment/web", False),  # other domain
         ("cat deploy/values.yaml", f"image: {IMG_OLD}", IMG_OLD, "sed -i 's/1.4.2/1.5.0/' deploy/values.yaml", True),
@@ -236,3 +244,24 @@ def test_snapshot_calls() -> None:
     s = snap({"role": "user", "content": "x"}, call(1, "git log"), result(1, "x"), call(2, "terraform apply"), result(2, "y"))
     cs = snapshot_calls(s, cache=None)
     assert [(c.message_index, c.mutating) for c in cs] == [(1, False), (3, True)]
+
+
+def test_responses_shell_calls_are_steps() -> None:
+    """Codex's shell calls in a Responses body — a ``shell`` function with an argv list,
+    or a ``local_shell_call`` item that has no name — are judged by their command."""
+    from proxy.core.messages import from_openai_responses
+
+    body = {
+        "instructions": "agent",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+            {"type": "local_shell_call", "call_id": "c1", "action": {"type": "exec", "command": ["bash", "-lc", "aws s3api create-multipart-upload --bucket m --key k"]}},
+            {"type": "local_shell_call_output", "call_id": "c1", "output": json.dumps({"UploadId": UPLOAD})},
+            {"type": "function_call", "call_id": "c2", "name": "shell", "arguments": json.dumps({"command": ["bash", "-lc", "git rev-parse HEAD"]})},
+            {"type": "function_call_output", "call_id": "c2", "output": SHA},
+        ],
+    }
+    ids = extract_snapshot(from_openai_responses(body), cache=None)
+    (u,) = by_value(ids, UPLOAD)
+    assert u.source.command and u.source.mutating is True and u.why == "2a"
+    assert regen_of(ids, SHA) is True  # read, and nothing changed HEAD afterwards

@@ -1,0 +1,319 @@
+"""Evidence about a step and about a value inside its output (pure functions).
+
+What the provenance rules (:mod:`.provenance`) ask, answered from the call and its output
+rather than from a table of known tools (the tables of :mod:`.commands` are one source):
+
+- :func:`output_says_changed` — does the output say that something changed (``created``,
+  ``applied``, ``Running upgrade A -> B``, ``acquired``, ``stored at``, a pending
+  operation, ``HTTP/1.1 201``)? Or that nothing did (``dry run``, ``would be``)?
+- :func:`creates` — does the step make something new (create, run, acquire, upload …)
+  rather than change something that exists (update, set, patch, delete …)?
+- :func:`link_keys` — the names of the resources a step touches (its argument words that
+  are names, not verbs, flags or scopes) and the implicit resources of a few tools (the
+  checked-out branch for git history rewrites, the schema revision for migration tools,
+  a file by base name): a later change *links* to an earlier read through them.
+- :func:`is_history` — a read that lists past records (``log``, ``history``): its
+  entries stay valid after a change, so they are not prior state.
+- :func:`prior_marked`, :func:`preexisting_line`, :func:`identity_label` — what the text
+  around a value says it is: the state before a change (``previous image:``, ``A -> B``,
+  a ``Previous offsets:`` block), the id of a resource that already existed
+  (``Modifying... [id=…]``), or the identity of a listed entity (``"id": …``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any
+
+from .commands import split_segments
+
+__all__ = [
+    "creates",
+    "identity_label",
+    "is_history",
+    "link_keys",
+    "output_says_changed",
+    "preexisting_line",
+    "prior_marked",
+]
+
+# --------------------------------------------------------------------------- state change
+
+_CHANGED = re.compile(
+    r"(?im)\b(?:created|creating|creation complete|applied|applying|running upgrade|running downgrade|"
+    r"migrat(?:ed|ing)|started|starting|launched|acquired|granted|locked|reset|uploaded|uploading|"
+    r"stored (?:at|in|as)|saved (?:to|at|as)|written to|wrote|deployed|deploying|rolled out|rolling out|"
+    r"updated|modified|patched|configured|deleted|removed|destroyed|terminated|terminating|submitted|"
+    r"queued|scheduled|enqueued|committed|pushed|tagged|merged|restored|promoted|switched|flipped|"
+    r"issued|minted|generated|registered|provisioned|provisioning|allocated|reserved|charged|refunded|"
+    r"captured|cancell?ed|revoked|rotated|renewed|released|accepted for processing)\b"
+    r"|\bHTTP/[\d.]+ 20[12]\b|\b20[12] (?:Created|Accepted)\b"
+    r"|\b(?:modified|matched|inserted|upserted|deleted)_?[Cc]ount\W{1,3}[1-9]|\bn(?:Modified|Upserted|Inserted|Removed)\W{1,3}[1-9]|\binsertedId\W{1,3}[\"'\w]"
+    r"|\b\d+ rows? affected\b|^(?:UPDATE|DELETE|INSERT \d+) [1-9]\d*$"
+    r"|[\"']?(?:status|state)[\"']?\s*[:=]\s*[\"']?(?:pending|creating|in_progress|in progress|running|queued|provisioning|submitted)\b"
+)
+_UNCHANGED = re.compile(r"(?i)\b(?:dry[ -]?run|would be (?:created|applied|changed|deleted)|no changes|nothing to (?:do|commit|change)|plan only)\b")
+
+
+@lru_cache(maxsize=2048)
+def output_says_changed(text: str) -> bool | None:
+    """``True`` when the output reports a change, ``False`` when it says nothing changed
+    (a dry run), ``None`` when it says neither."""
+    if not text:
+        return None
+    if _UNCHANGED.search(text):
+        return False
+    return True if _CHANGED.search(text) else None
+
+
+_CREATE_VERBS = frozenset(
+    """create new run launch add insert post make generate mint issue acquire start submit upload
+    put allocate provision register open init fork clone copy backup snapshot export grant begin
+    initiate reserve claim lease lock receive enqueue send publish push commit tag deploy build
+    checkout request order book schedule trigger dispatch spawn submit login signin authenticate
+    auth mint""".split()
+)
+_MODIFY_VERBS = frozenset(
+    """update modify patch set edit change configure scale restart rename move delete remove destroy
+    terminate stop cancel rollback revert reset release unlock disable enable switch promote flip
+    resize rotate replace upgrade downgrade apply migrate""".split()
+)
+_WORD = re.compile(r"[A-Za-z]+")
+_CREATED_WORDS = re.compile(r"(?i)\b(?:created|creation|creating|new|201|generated|granted|acquired|issued|allocated|started|launched)\b")
+
+
+def creates(tool: str | None, command: str | None, output: str) -> bool:
+    """The step makes something new: its verb is a creation verb (``create``, ``run``,
+    ``acquire``, ``upload`` …), or a modifying verb's output says ``created``."""
+    return _creates(tool, command, output[:2000])
+
+
+@lru_cache(maxsize=4096)
+def _creates(tool: str | None, command: str | None, output: str) -> bool:
+    words: list[str] = []
+    if command:
+        for seg in split_segments(command)[:4]:
+            words.extend(w.lower() for x in seg[:4] for w in _WORD.findall(x))
+    if tool:
+        words.extend(w.lower() for w in _WORD.findall(tool.replace("_", " ")))
+    for w in words:
+        if w in _CREATE_VERBS:
+            return True
+        if w in _MODIFY_VERBS:
+            return bool(_CREATED_WORDS.search(output[:2000]))
+    return bool(_CREATED_WORDS.search(output[:2000]))
+
+
+# --------------------------------------------------------------------------- resources
+
+#: Options and keys that scope a command (where it runs, how it prints) rather than name
+#: the resource it acts on.
+_SCOPE_FLAGS = frozenset(
+    """-n --namespace --region --profile --context --project --zone --cluster --kubeconfig -o
+    --output --format --bootstrap-server --endpoint-url --endpoint --config --log-level --timeout
+    --ttl --limit --page-size --max-items --query --host --port -p --user -u --env""".split()
+)
+_SCOPE_KEYS = frozenset(
+    """region namespace profile project env environment account output format cluster timeout ttl
+    ttl_s limit page_size max_results reason description message comment note body text title
+    amount currency quantity dry_run""".split()
+)
+_STOP = frozenset(
+    """the and for with from into onto that this then than true false null none json yaml yml text
+    table wide all yes default latest main master head origin select where insert update delete set
+    values order group limit join left right inner outer having distinct count sum like not null
+    returning begin commit rollback transaction table tables index using when case end else exec
+    echo grep sort head tail xargs awk sed jq cat less more""".split()
+)
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@~+\-]*[A-Za-z0-9]")
+#: Verbs (not nouns that tool names also use, such as ``web`` or ``todo``).
+_VERBS = _CREATE_VERBS | _MODIFY_VERBS | frozenset(
+    """get list describe show status view read cat inspect query search fetch watch logs log
+    history diff check validate wait exec execute invoke call apply""".split()
+)
+
+
+def _name_tokens(text: str) -> set[str]:
+    out: set[str] = set()
+    for m in _TOKEN.finditer(text):
+        t = m.group(0).lower()
+        t = re.sub(r"(?:[~^]\d*)+$", "", t)  # HEAD~5 -> head
+        if t.startswith("refs/heads/"):
+            t = t[len("refs/heads/") :]
+        if "=" in t:
+            continue
+        if t.isdigit():
+            if len(t) >= 3:
+                out.add(t)
+            continue
+        if len(t) < 3 or t in _STOP or t in _VERBS or "://" in t:
+            continue
+        out.add(t)
+        if "/" in t and not t.startswith("/"):  # kind/name -> name
+            tail = t.rsplit("/", 1)[-1]
+            if len(tail) >= 3 and tail not in _STOP:
+                out.add(tail)
+    return out
+
+
+def _json_values(obj: Any, out: list[str]) -> None:
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if str(k).lower() in _SCOPE_KEYS:
+                continue
+            _json_values(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _json_values(v, out)
+    elif isinstance(obj, (str, int)) and not isinstance(obj, bool):
+        s = str(obj)
+        if len(s) <= 300 and s.count(" ") <= 6:
+            out.append(s)
+
+
+def _command_names(command: str) -> set[str]:
+    out: set[str] = set()
+    for words in split_segments(command):
+        skip = False
+        for i, w in enumerate(words):
+            if skip:
+                skip = False
+                continue
+            if i == 0:
+                continue  # the program
+            if i == 1 and not w.startswith("-") and "=" not in w and "/" not in w and "." not in w:
+                continue  # its sub-command or service (aws acm, gh pr, git rev-parse)
+            if w.startswith("-"):
+                name, eq, val = w.partition("=")
+                if name in _SCOPE_FLAGS:
+                    skip = not eq
+                    continue
+                if eq:
+                    out |= _name_tokens(val)
+                continue
+            if "=" in w and not w.startswith(("/", ".")):
+                key, _, val = w.partition("=")
+                out |= _name_tokens(key) | _name_tokens(val)
+                continue
+            out |= _name_tokens(w)
+    return out
+
+
+#: Implicit resources: names the command does not spell (the checked-out branch, the
+#: state a terraform working directory manages,
+#: schema revision of the database a migration tool manages) and files by base name.
+def _implicit(domains: Iterable[str]) -> set[str]:
+    return {f"@{d}" for d in domains if d in ("git", "db:migrate", "terraform") or d.startswith("file:")}
+
+
+def link_keys(tool: str | None, command: str | None, args: str, domains: Iterable[str] = ()) -> frozenset[str]:
+    """Names of the resources a step touches (lower case), for linking a read with a
+    later change of the same resource (PRINCIPLES §2b). Memoised: a history's steps are
+    judged again on every lossy request."""
+    return _link_keys(tool, command, args, frozenset(domains))
+
+
+@lru_cache(maxsize=4096)
+def _link_keys(tool: str | None, command: str | None, args: str, domains: frozenset[str]) -> frozenset[str]:
+    keys = _implicit(domains)
+    if command:
+        keys |= _command_names(command)
+    elif args.strip().startswith(("{", "[")):
+        try:
+            obj = json.loads(args)
+        except ValueError:
+            obj = None
+        vals: list[str] = []
+        _json_values(obj, vals)
+        for v in vals:
+            keys |= _name_tokens(v)
+    elif args:
+        keys |= _name_tokens(args)
+    if tool and not command:
+        nouns = [w for w in re.split(r"[_\-.\s]+|(?<=[a-z])(?=[A-Z])", tool.rsplit("__", 1)[-1].lower()) if w]
+        nouns = [w for w in nouns if w not in _VERBS]
+        if nouns and nouns[-1] not in ("file", "files", "dir", "directory", "path", "tool", "command", "shell"):
+            keys.add("@tool:" + "_".join(nouns))
+    return frozenset(keys)
+
+
+_HISTORY_WORDS = frozenset({"log", "logs", "history", "reflog", "shortlog", "whatchanged", "events", "audit", "journal", "journalctl"})
+
+
+@lru_cache(maxsize=4096)
+def is_history(tool: str | None, command: str | None) -> bool:
+    """A read that lists past records (``git log``, ``alembic history``, ``helm
+    history``): entries of a history stay valid after a change (PRINCIPLES §3d)."""
+    words: list[str] = []
+    if command:
+        for seg in split_segments(command)[:3]:
+            words.extend(w.lower() for w in seg[:3])
+    if tool:
+        words.extend(w.lower() for w in re.split(r"[_\-.]+", tool))
+    return any(w in _HISTORY_WORDS for w in words)
+
+
+# --------------------------------------------------------------------------- around a value
+
+_PRIOR_WORDS = r"previous(?:ly)?|prior|old|before|original(?:ly)?|formerly|former|last known good|rollback target|pre[-_ ]?(?:change|upgrade|reset|deploy|rollout|squash|rebase|switch)|saved"
+_NEW_WORDS = re.compile(r"(?i)\b(?:new|now|current(?:ly)?|to|after|next|updated|target)\b")
+_PRIOR_BEFORE = re.compile(r"(?i)(?:\b(?:" + _PRIOR_WORDS + r")\b[\"'\s:=_\-\w.()]*|\b(?:from|was|were)[\"'\s:=]{1,3})$")
+_PRIOR_HEADER = re.compile(r"(?i)\b(?:" + _PRIOR_WORDS + r")\b[^\n]*:\s*$")
+_ARROW_AFTER = re.compile(r"^\s*(?:->|→|=>|\.\.\.?(?=[0-9a-fA-F])|\s+to\s+\S)")
+
+
+def prior_marked(text: str, start: int, end: int) -> bool:
+    """The text marks the value at ``[start:end]`` as the state *before* a change: a prior
+    word earlier on its line with no "new/now/to" word after it (``previous image: X``,
+    ``"old_value": X``), the left side of ``X -> Y`` / ``X...Y`` / ``X to Y``, or a block
+    under a header line with a prior word (``Previous offsets (saved):``)."""
+    ls = text.rfind("\n", 0, start) + 1
+    before = text[ls:start]
+    if _ARROW_AFTER.match(text[end : end + 48]):
+        return True
+    m = _PRIOR_BEFORE.search(before[-80:])
+    if m and not _NEW_WORDS.search(before[-80:][m.end() :]):
+        return True
+    # a header line of the block this line belongs to
+    pos = ls
+    for _ in range(12):
+        if pos <= 0:
+            return False
+        prev_end = pos - 1
+        prev_start = text.rfind("\n", 0, prev_end) + 1
+        line = text[prev_start:prev_end]
+        if not line.strip():
+            return False
+        if line.rstrip().endswith(":"):
+            return bool(_PRIOR_HEADER.search(line))
+        pos = prev_start
+    return False
+
+
+_PREEXISTING = re.compile(
+    r"(?i)\b(?:modifying|modifications? complete|still modifying|destroying|destruction complete|"
+    r"refreshing state|reading\.\.\.|read complete|unchanged|no changes|already exists|configured|"
+    r"updated in-place|update in-place)\b"
+)
+_CREATED_LINE = re.compile(r"(?i)\b(?:creat(?:ed|ing|ion)|new)\b")
+
+
+def preexisting_line(text: str, start: int) -> bool:
+    """The value's line says it is the id of a resource that already existed (a
+    modification or a destruction of it), and not that it was created."""
+    ls = text.rfind("\n", 0, start) + 1
+    le = text.find("\n", start)
+    line = text[ls : le if le >= 0 else len(text)]
+    return bool(_PREEXISTING.search(line)) and not _CREATED_LINE.search(line)
+
+
+_ID_LABEL = re.compile(r"""(?i)(?:^|[\s{,\[])["']?(?:id|uid|name|arn|key|ID|NAME)["']?\s*[:=]\s*["']?$""")
+
+
+def identity_label(text: str, start: int) -> bool:
+    """The value stands under a bare identity key (``"id": …``, ``name=…``, ``arn:``):
+    it names the listed entity rather than describing its state."""
+    return bool(_ID_LABEL.search(text[max(0, start - 24) : start]))

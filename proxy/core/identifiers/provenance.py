@@ -1,0 +1,435 @@
+"""Provenance: which identifiers are REQUIRED bindings (corpus/PRINCIPLES.md §2–§3).
+
+For every identifier the model saw, this module finds where its value first appeared —
+a tool result, a tool call's arguments, user, assistant or system text, and inside text
+the *step* that printed it (pasted command output counts as a step: :mod:`.steps`) —
+whether that step changed state (its call, judged by :mod:`.commands`, then by what its
+output says: :mod:`.evidence`), and whether a later step changed the resource the value
+describes. The value is required (``regenerable=False``) when one of these holds:
+
+- **2a minted**: its first appearance is the output of a state-changing step and it is a
+  handle to what the step made — not an echo of the step's arguments or of anything
+  earlier, not a new *state* value (offsets after a reset: §3c), not noise (§3d), not a
+  name without a machine-made part (§3b, §3c), not the id of a resource the step only
+  modified (``Modifying... [id=…]``, the ARN of the stack it named: §3b);
+- **2b prior state**: it describes the state of a resource that a LATER state-changing
+  step changed — a read and a later change are *linked* when they name the same resource
+  (:func:`.evidence.link_keys`) or the change names a value the read returned — and it
+  is not the identity of a listed entity, an echo of the read's own arguments, an entry
+  of a history listing (§3d), a name or noise; or a state-changing step's output marks it
+  as the state before the change (``previous image:``, ``A -> B``);
+- **2c first written into a state-changing call**: its first appearance from any source
+  other than the agent's own words is the arguments of a state-changing step, and it is
+  opaque (an idempotency key, the digest deployed), not a derivable name (§3b).
+
+A value listed in a note the gate itself inserted (a re-injection after an earlier
+compaction) stays required (``2*``): the judgement that put it there was made when its
+provenance was still visible.
+
+Otherwise it is regenerable, with the reason (``why``): ``3a`` read-only, ``3b`` echo or
+derivable, ``3c`` current state or configuration name, ``3d`` noise, ``-`` no step said
+anything. The carrier role never matters: a tool result, pasted user text and assistant
+text are judged alike. Secrets are judged like any value (a JWT a login minted is
+required); the caller must never show them in clear.
+
+Cost: one pass over the identifiers plus, for values that could be prior state, a scan
+of the later state-changing steps of their step (precomputed once per snapshot).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from proxy.core.messages import TEXTUAL_KINDS, Snapshot
+
+from .commands import CallClass, classify_call, classify_command, is_shell_tool
+from .evidence import (
+    creates,
+    identity_label,
+    is_history,
+    link_keys,
+    output_says_changed,
+    preexisting_line,
+    prior_marked,
+)
+from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
+from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
+from .validators import has_opaque_part
+
+__all__ = ["CallRef", "Step", "judge"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRef:
+    """A tool call of the snapshot as extraction linked it: where it is, and its class."""
+
+    message_index: int
+    part_index: int
+    tool_name: str | None
+    cls: CallClass
+
+
+@dataclass(slots=True)
+class Step:
+    """One action and its output (see :mod:`.steps`). ``pos`` orders steps in the
+    conversation; ``args`` / ``output`` are texts; ``keys`` the resources it names."""
+
+    pos: tuple[int, int, int]
+    tool: str | None
+    command: str | None
+    args: str
+    output: str
+    mutating: bool | None
+    keys: frozenset[str]
+    history: bool
+    creates: bool
+    #: Lower-cased values of the identifiers its output holds (filled during judging).
+    out_values: set[str] = field(default_factory=set)
+    #: Later state-changing steps that link to this one (computed on demand).
+    later: list[Step] | None = None
+
+
+#: Role of an occurrence within its step.
+_ARGS, _OUT, _MENTION = "args", "out", "mention"
+
+
+@dataclass(frozen=True, slots=True)
+class _Occ:
+    order: tuple[int, int, int]
+    ident: Identifier
+    step: Step | None
+    role: str
+    text: str
+    #: Written by the agent itself (its prose, thinking or call arguments).
+    agent: bool = False
+
+
+def _order_index(mi: int) -> int:
+    # tool definitions and the system prompt precede every message
+    return -2 if mi == TOOLS_INDEX else -1 if mi == SYSTEM_INDEX else mi
+
+
+def _mutating(cls_mut: bool | None, output: str) -> bool | None:
+    if cls_mut is not None:
+        return cls_mut
+    return output_says_changed(output)
+
+
+def _call_step(mi: int, pi: int, tool: str | None, args: str, cls: CallClass, output: str) -> Step:
+    return Step(
+        pos=(mi, pi, 0),
+        tool=tool,
+        command=cls.command,
+        args=args,
+        output=output,
+        mutating=_mutating(cls.mutating, output),
+        keys=link_keys(tool, cls.command, args, cls.domains),
+        history=is_history(tool, cls.command),
+        creates=creates(tool, cls.command or args[:200], output),
+    )
+
+
+def _text_step(mi: int, pi: int, text: str, ts: TextStep) -> Step:
+    output = text[ts.out_start : ts.out_end]
+    args = text[ts.args_start : ts.args_end]
+    if ts.command is not None:
+        cls = classify_command(ts.command)
+    elif ts.tool in (GATE_NOTE, PASTED_OUTPUT):
+        cls = CallClass(None)
+    elif ts.tool is not None and not is_shell_tool(ts.tool):
+        cls = classify_call(ts.tool, args)
+    else:  # prose: no step ran
+        return Step((mi, pi, ts.out_start), None, None, "", output, None, frozenset(), False, False)
+    return Step(
+        pos=(mi, pi, ts.args_start if ts.args_end > ts.args_start else ts.out_start),
+        tool=ts.tool,
+        command=ts.command,
+        args=args,
+        output=output,
+        mutating=_mutating(cls.mutating, output),
+        keys=link_keys(ts.tool, ts.command, args, cls.domains),
+        history=is_history(ts.tool, ts.command),
+        creates=creates(ts.tool, ts.command, output),
+    )
+
+
+_COMPONENTS = re.compile(r"[:/@]+")
+_PIECES = re.compile(r"[A-Za-z0-9]+(?:[-_.][A-Za-z0-9]+)*")
+
+
+def _names_from_args(value: str, step: Step) -> bool:
+    """The value is the output's identifier for a resource the step's arguments named
+    (``arn:…:stack/web/…`` for ``--stack-name web``, the full path of the key given)."""
+    comps = {c.lower() for c in _COMPONENTS.split(value) if len(c) >= 3}
+    return bool(comps & step.keys) or any(len(k) >= 6 and k in value.lower() for k in step.keys if not k.startswith("@"))
+
+
+_NUMBERED = re.compile(r"/\d{2,}(?=$|[/?#])")
+
+
+def _minted_name(value: str, kind: str, opaque: bool) -> bool:
+    """A name a step could have minted: one with a machine-made part (a stamp, a random
+    suffix), or a URL ending in a number the service assigned (``…/pull/4812``). A
+    readable name without either is one the task or the configuration gave (§3b, §3c)."""
+    return opaque or (kind == "url" and _NUMBERED.search(value.split("?", 1)[0]) is not None)
+
+
+def _linked(read: Step, write: Step) -> bool:
+    if read.keys & write.keys:
+        return True
+    return bool(read.out_values & write.keys)
+
+
+def _later_writes(step: Step, steps: Sequence[Step]) -> list[Step]:
+    if step.later is None:
+        step.later = [w for w in steps if w.pos > step.pos and w.mutating is True and w is not step and _linked(step, w)]
+    return step.later
+
+
+def _enclosing_object(text: str, pos: int) -> tuple[int, int] | None:
+    """The span of the innermost ``{…}`` around ``pos`` (braces inside strings are rare in
+    tool output and only widen the span)."""
+    depth = 0
+    start = -1
+    for i in range(pos - 1, max(-1, pos - 20000), -1):
+        ch = text[i]
+        if ch == "}":
+            depth += 1
+        elif ch == "{":
+            if depth == 0:
+                start = i
+                break
+            depth -= 1
+    if start < 0:
+        return None
+    depth = 0
+    for j in range(start, min(len(text), start + 200000)):
+        ch = text[j]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return start, j + 1
+    return None
+
+
+def _entity_regions(text: str, write: Step) -> list[tuple[int, int]]:
+    """Objects of a read's output whose identity (a bare ``id``/``name`` key) the later
+    change names in its arguments: the entity the change acts on."""
+    low = text.lower()
+    out: list[tuple[int, int]] = []
+    for k in write.keys:
+        if k.startswith("@") or len(k) < 6:
+            continue
+        i = low.find(k)
+        while i >= 0:
+            if identity_label(text, i) or (i > 0 and identity_label(text, i - 1)):
+                span = _enclosing_object(text, i)
+                if span is not None:
+                    out.append(span)
+            i = low.find(k, i + 1)
+    return out
+
+
+def _in(value: str, text: str) -> bool:
+    return bool(text) and value.lower() in text.lower()
+
+
+def _decide(
+    occs: list[_Occ],
+    cls_of: Callable[[Identifier], str],
+    steps: Sequence[Step],
+    derivable: Callable[[str, tuple[int, int, int]], bool],
+    entity_regions: Callable[[str, Step], list[tuple[int, int]]],
+) -> str:
+    """The rule that decides one value (all its occurrences, in order)."""
+    if any(o.step is not None and o.step.tool == GATE_NOTE and o.role == _OUT for o in occs):
+        return "2*"  # the gate's own note: an earlier judgement found it required
+    first = occs[0]
+    ident = first.ident
+    klass = cls_of(ident)
+    value = ident.value
+    opaque = has_opaque_part(value)
+    reason = "-"
+
+    # 2a: minted by a state-changing step
+    st = first.step
+    if first.role == _OUT and st is not None and st.mutating is True:
+        if klass == "noise":
+            reason = "3d"
+        elif klass == "state":
+            reason = "3c"  # the new value of a state: read it again
+        elif klass == "name" and not _minted_name(value, ident.kind, opaque):
+            reason = "3c" if ident.kind == "terraform_address" else "3b"
+        elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):
+            reason = "3b"
+        elif ident.sensitive and not st.creates:
+            # a credential a step printed (a token in its environment) is no handle of
+            # what it made; one a login or a create step issued is (PRINCIPLES §4)
+            reason = "-"
+        else:
+            return "2a"
+    elif first.role == _OUT and st is not None and st.mutating is False:
+        reason = "3a"
+
+    # 2c: first written, from no other source, into a state-changing call
+    for o in occs:
+        if (o.role == _MENTION and o.agent) or (o.role == _ARGS and (o.step is None or o.step.mutating is not True)):
+            continue  # the agent's own words: not a source
+        if o.role == _ARGS and o.step is not None and o.step.mutating is True:
+            if opaque and not derivable(value, o.order):
+                return "2c"
+            reason = "3b"
+        break
+
+    # 2b: prior state of a later change
+    if klass not in ("name", "noise"):
+        for o in occs:
+            if o.role != _OUT or o.step is None:
+                continue
+            r = o.step
+            if r.mutating is True and prior_marked(o.text, o.ident.start, o.ident.end):
+                return "2b"
+            if r.history or _in(value, r.args):
+                continue
+            labelled = identity_label(o.text, o.ident.start)
+            for w in _later_writes(r, steps):
+                if _in(value, w.args):
+                    continue  # what the change names: its target or its new value
+                regions = entity_regions(o.text, w)
+                if regions:
+                    # the read listed entities and the change names one of them: the
+                    # state is what that entity's object holds (a nested price id), not
+                    # its siblings (the other payments of a listing)
+                    if any(a <= o.ident.start < z for a, z in regions):
+                        return "2b"
+                elif not labelled:
+                    return "2b"
+    elif reason == "-":
+        reason = "3d" if klass == "noise" else "3b"
+    return reason
+
+
+def judge(
+    snapshot: Snapshot,
+    identifiers: Sequence[Identifier],
+    calls: Sequence[CallRef],
+    links: Mapping[tuple[int, int], CallRef],
+    binding_of: Callable[[str], str],
+    text_steps_of: Callable[[int, int, str], tuple[TextStep, ...]] = lambda _mi, _pi, text: text_steps(text),
+) -> list[Identifier]:
+    """``identifiers`` (of ``snapshot``, as extraction found them) with ``regenerable``
+    and ``why`` set by the rules of the module docstring. ``calls``/``links`` are the
+    snapshot's tool calls and, per tool-result part, its call; ``binding_of`` maps a
+    detector id to its binding class; ``text_steps_of`` may cache :func:`.steps.text_steps`."""
+    msgs = snapshot.messages
+
+    def part_text(mi: int, pi: int) -> str:
+        if mi == SYSTEM_INDEX:
+            return snapshot.system
+        if 0 <= mi < len(msgs) and 0 <= pi < len(msgs[mi].parts):
+            return msgs[mi].parts[pi].text
+        return ""
+
+    # ---- steps
+    steps: list[Step] = []
+    by_call: dict[tuple[int, int], Step] = {}
+    results: dict[int, list[tuple[int, int]]] = {}
+    for key, c in links.items():
+        results.setdefault(id(c), []).append(key)
+    for c in calls:
+        output = "\n".join(part_text(mi, pi) for mi, pi in sorted(results.get(id(c), ())))
+        s = _call_step(c.message_index, c.part_index, c.tool_name, part_text(c.message_index, c.part_index), c.cls, output)
+        steps.append(s)
+        by_call[(c.message_index, c.part_index)] = s
+        for k in results.get(id(c), ()):
+            by_call[k] = s
+    text_parts: dict[tuple[int, int], list[tuple[TextStep, Step]]] = {}
+
+    def text_pieces(mi: int, pi: int) -> list[tuple[TextStep, Step]]:
+        key = (mi, pi)
+        if key not in text_parts:
+            text = part_text(mi, pi)
+            text_parts[key] = [(ts, _text_step(mi, pi, text, ts)) for ts in text_steps_of(mi, pi, text)]
+            steps.extend(s for _, s in text_parts[key])
+        return text_parts[key]
+
+    # every text part's steps, also of parts without identifiers: a pasted command that
+    # printed nothing can still be the change that makes an earlier read prior state
+    if snapshot.system:
+        text_pieces(SYSTEM_INDEX, 0)
+    for mi, m in enumerate(msgs):
+        for pi, p in enumerate(m.parts):
+            if p.kind in TEXTUAL_KINDS and p.text and p.kind != "tool_call" and (mi, pi) not in by_call:
+                text_pieces(mi, pi)
+
+    # ---- occurrences, grouped by value
+    groups: dict[str, list[_Occ]] = {}
+    for ident in identifiers:
+        src = ident.source
+        mi, pi = src.message_index, src.part_index
+        order = (_order_index(mi), pi, ident.start)
+        step: Step | None = None
+        role = _MENTION
+        text = part_text(mi, pi)
+        if src.origin == "tool_call":
+            step, role = by_call.get((mi, pi)), _ARGS
+        elif src.origin == "tool_result" and (mi, pi) in by_call:
+            step, role = by_call[(mi, pi)], _OUT
+        elif src.origin != "tool_def":
+            for ts, s in text_pieces(mi, pi):
+                if ts.args_start <= ident.start < ts.args_end:
+                    step, role = s, _ARGS
+                    break
+                if ts.out_start <= ident.start < ts.out_end:
+                    # prose with no command is a mention, not the output of a step: what a
+                    # task or a summary says happened is no evidence of a change
+                    step = s
+                    role = _MENTION if ts.command is None and ts.tool is None else _OUT
+                    break
+        if step is not None and role == _OUT:
+            step.out_values.add(ident.value.lower())
+        agent = src.origin in ("assistant", "thinking", "tool_call")
+        groups.setdefault(ident.norm, []).append(_Occ(order, ident, step, role, text, agent))
+    steps.sort(key=lambda s: s.pos)
+
+    def cls_of(i: Identifier) -> str:
+        return binding_of(i.detector)
+
+    every = sorted((o for occs in groups.values() for o in occs), key=lambda o: o.order)
+
+    def derivable(value: str, before: tuple[int, int, int]) -> bool:
+        """A value composed of parts seen earlier (``nightly/orders-7f3a.dump`` after a
+        listing showed ``orders-7f3a.dump``, a zone id after ``/hostedzone/<id>``): every
+        machine-made piece of it occurs in an earlier value, so it has an earlier source
+        (PRINCIPLES §2c, §3b). Only asked for opaque values first written into a
+        state-changing call, so the scan of earlier values stays rare."""
+        pieces = [p.lower() for p in _PIECES.findall(value) if has_opaque_part(p)]
+        if not pieces:
+            return True
+        earlier = [o.ident.value.lower() for o in every if o.order < before and o.role != _ARGS]
+        return all(any(p in e for e in earlier) for p in pieces)
+
+    region_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
+
+    def entity_regions(text: str, write: Step) -> list[tuple[int, int]]:
+        key = (id(text), id(write))
+        if key not in region_cache:
+            region_cache[key] = _entity_regions(text, write)
+        return region_cache[key]
+
+    why: dict[str, str] = {}
+    for norm, occs in groups.items():
+        occs.sort(key=lambda o: o.order)
+        why[norm] = _decide(occs, cls_of, steps, derivable, entity_regions)
+    out: list[Identifier] = []
+    for ident in identifiers:
+        w = why.get(ident.norm, "-")
+        regen = not w.startswith("2")
+        out.append(ident if (regen == ident.regenerable and w == ident.why) else dataclasses.replace(ident, regenerable=regen, why=w))
+    return out
+

@@ -1,0 +1,124 @@
+"""Steps found in text (PRINCIPLES §2: the role that carries a step's output does not
+matter) and the evidence the provenance rules read around a value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.core.identifiers import extract_snapshot
+from proxy.core.identifiers.evidence import (
+    creates,
+    identity_label,
+    is_history,
+    link_keys,
+    output_says_changed,
+    preexisting_line,
+    prior_marked,
+)
+from proxy.core.identifiers.steps import GATE_NOTE, PASTED_OUTPUT, text_steps
+from proxy.core.messages import from_openai_chat
+
+LEASE = "694d7a2c3f1b8e15"
+
+
+@pytest.mark.parametrize(
+    "text,command,tool,output",
+    [
+        (f"I ran this command:\n\netcdctl lease grant 60\n\nAnd got this output:\n\nlease {LEASE} granted\n", "etcdctl lease grant 60", None, f"lease {LEASE} granted"),
+        (f"[execute_command for 'etcdctl lease grant 60'] Result:\nCommand executed.\nOutput:\nlease {LEASE} granted", "etcdctl lease grant 60", "execute_command", f"lease {LEASE} granted"),
+        (f"```\n$ etcdctl lease grant 60\nlease {LEASE} granted\n```", "etcdctl lease grant 60", None, f"lease {LEASE} granted"),
+        (f"ops@bastion:~$ etcdctl lease grant 60\nlease {LEASE} granted", "etcdctl lease grant 60", None, f"lease {LEASE} granted"),
+        (f"Action: leases_grant\nAction Input: {{\"ttl\": 60}}\nObservation: lease {LEASE} granted", None, "leases_grant", f"lease {LEASE} granted"),
+        (f"Output of `etcdctl lease grant 60`:\n```\nlease {LEASE} granted\n```", "etcdctl lease grant 60", None, f"lease {LEASE} granted"),
+        (f"Here is the output:\n```\nlease {LEASE} granted\n```", None, PASTED_OUTPUT, f"lease {LEASE} granted"),
+    ],
+)
+def test_pasted_steps(text: str, command: str | None, tool: str | None, output: str) -> None:
+    steps = [s for s in text_steps(text) if s.command or s.tool]
+    assert len(steps) == 1, steps
+    (s,) = steps
+    assert s.command == command and s.tool == tool
+    assert text[s.out_start : s.out_end].strip() == output
+
+
+def test_prose_is_no_step_and_xml_calls_have_no_output() -> None:
+    (prose,) = text_steps("The customer was charged twice; refund them.")
+    assert prose.command is None and prose.tool is None
+    xml = "<execute_command>\n<command>etcdctl lease grant 60</command>\n</execute_command>"
+    (call,) = text_steps(xml)
+    assert call.command == "etcdctl lease grant 60" and call.out_start == call.out_end
+
+
+def _snap(*texts: tuple[str, str]) -> list[object]:
+    s = from_openai_chat({"messages": [{"role": r, "content": t} for r, t in texts]})
+    return list(extract_snapshot(s, cache=None))
+
+
+def test_pasted_state_change_mints_but_prose_does_not() -> None:
+    minted = _snap(("user", f"I ran this command:\n\netcdctl lease grant 60\n\nAnd got this output:\n\nlease {LEASE} granted with TTL(60s)\n"))
+    assert [(i.value, i.regenerable, i.why) for i in minted if i.value == LEASE] == [(LEASE, False, "2a")]
+    said = _snap(("user", f"The lease {LEASE} was granted yesterday."))
+    assert all(i.regenerable for i in said if i.value == LEASE)
+
+
+def test_the_gates_own_note_stays_required() -> None:
+    note = (
+        "[compaction-gate: identifiers preserved from before this conversation was compacted]\n"
+        "The summary of earlier turns dropped these values.\n"
+        f"- `lease {LEASE}` — lease_id (not regenerable); from tool result of bash at message 3\n"
+        "[/compaction-gate]"
+    )
+    ids = _snap(("user", "Summary: the agent holds a lease."), ("user", note))
+    (i,) = [i for i in ids if i.value == LEASE]
+    assert i.regenerable is False and i.why == "2*"
+    assert GATE_NOTE == "compaction-gate"
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+@pytest.mark.parametrize(
+    "text,said",
+    [
+        ("deployment.apps/api created", True),
+        ("INFO  [alembic.runtime.migration] Running upgrade a -> b", True),
+        ('{"status": "pending", "id": "op-1"}', True),
+        ("HTTP/1.1 201 Created", True),
+        ("{ acknowledged: true, matchedCount: 1, modifiedCount: 1 }", True),
+        ("UPDATE 1", True),
+        ("Plan: 1 to add (dry run)", False),
+        ("NAME   READY   STATUS\napi    1/1     Running", None),
+    ],
+)
+def test_output_says_changed(text: str, said: bool | None) -> None:
+    assert output_says_changed(text) is said
+
+
+def test_creates_vs_modifies() -> None:
+    assert creates(None, "aws acm request-certificate --domain-name x.io", "")
+    assert creates("payments_create_intent", None, "")
+    assert not creates(None, "aws cloudformation update-stack --stack-name web", "{}")
+    assert creates(None, "kubectl apply -f job.yaml", "job.batch/migrate created")
+
+
+def test_link_keys_name_resources_not_verbs_flags_or_scopes() -> None:
+    keys = link_keys("bash", "kubectl -n shop get deploy/api -o json", "", ())
+    assert {"deploy/api", "api"} <= keys and "shop" not in keys and "json" not in keys
+    assert "billing-v2" in link_keys("bash", "kafka-consumer-groups --bootstrap-server k:9092 --describe --group billing-v2", "", ())
+    assert "@git" in link_keys("bash", "git rev-parse HEAD", "", ("git",))
+    assert "checkout-v2" in link_keys("flags_get", None, json.dumps({"key": "checkout-v2", "env": "prod"}), ())
+
+
+def test_history_prior_preexisting_identity() -> None:
+    assert is_history(None, "git log --oneline -5") and not is_history(None, "git rev-parse HEAD")
+    text = "deployment.apps/api image updated\nprevious image: reg/api@sha256:abc"
+    assert prior_marked(text, text.index("reg/"), len(text))
+    up = "Running upgrade 05796fe56550 -> 74d5481968de, add"
+    assert prior_marked(up, 16, 28) and not prior_marked(up, 32, 44)
+    tf = "aws_db_instance.orders: Modifying... [id=db-ABC]"
+    assert preexisting_line(tf, tf.index("db-ABC"))
+    assert not preexisting_line("aws_instance.x: Creation complete after 2s [id=i-0abc]", 40)
+    j = '{"id": "pi_x", "payment_intent": "pi_y"}'
+    assert identity_label(j, j.index("pi_x")) and not identity_label(j, j.index("pi_y"))
