@@ -6,8 +6,9 @@ A conversation whose compaction the gate spilled (``actions.destructive: spill``
 API is offered the tool (:func:`plan_recall`) when
 
 - the policy's ``recall.enabled`` is on and the transport can ask upstream again
-  (:attr:`~proxy.server.hooks.Exchange.supports_rounds`: the gate's own HTTP server; not
-  the Responses WebSocket, nor the LiteLLM guardrail),
+  (:attr:`~proxy.server.hooks.Exchange.supports_rounds`: the gate's own HTTP server and
+  the LiteLLM guardrail's chat completions; not the Responses WebSocket, nor LiteLLM's
+  Responses and ``/v1/messages`` routes),
 - a handle has not expired and the conversation's recall budget is not spent,
 - the client's ``tool_choice`` lets the model call it (not ``none``, not forced to one of
   its own tools).
@@ -200,6 +201,8 @@ class RecallRounds:
             return not_found_result(call.handle), "not_found", 0
         text = recall_result(call.handle, rec.text, call.query, min(policy.recall_max_result_bytes, left))
         n = len(text.encode("utf-8", "surrogatepass"))
+        if n > left:  # what is left of the budget cannot hold even the result's head
+            return budget_result(call.handle), "budget", 0
         st.recall_bytes += n
         return text, "found", n
 

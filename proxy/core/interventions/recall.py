@@ -470,16 +470,25 @@ def passages(text: str) -> list[str]:
     return out
 
 
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _cut(text: str, limit: int) -> tuple[str, int]:
     raw = text.encode("utf-8", "surrogatepass")
     if len(raw) <= limit:
         return text, 0
-    return raw[:limit].decode("utf-8", "ignore"), len(raw) - limit
+    kept = raw[: max(limit, 0)].decode("utf-8", "ignore")
+    return kept, len(raw) - _size(kept)
+
+
+CUT_NOTE = "\n[… {rest} more byte(s) not returned (recall limit); call again with a narrower `query`]"
 
 
 def recall_result(handle: str, text: str, query: str | None, limit: int) -> str:
     """What a call returns for a stored region: all of it, or only the passages that
-    mention ``query`` (case-insensitive), cut to ``limit`` bytes (and saying so)."""
+    mention ``query`` (case-insensitive), cut so that the whole result — its head line
+    and the line saying what was cut included — fits in ``limit`` bytes."""
     head = f"[compaction-gate recall of {handle}: the region a compaction removed, verbatim]"
     body = text
     if query is not None:
@@ -492,11 +501,13 @@ def recall_result(handle: str, text: str, query: str | None, limit: int) -> str:
             )
         head = f"[compaction-gate recall of {handle}: the {len(hits)} passage(s) that mention {query!r}, verbatim]"
         body = "\n".join(hits)
-    body, rest = _cut(body, limit)
     out = f"{head}\n{body}"
-    if rest:
-        out += f"\n[… {rest} more byte(s) not returned (recall limit); call again with a narrower `query`]"
-    return out
+    if _size(out) <= limit:
+        return out
+    # room for the body once the head and the (longest possible) cut note are counted
+    room = limit - _size(head) - 1 - _size(CUT_NOTE.format(rest=_size(body)))
+    body, rest = _cut(body, room)
+    return f"{head}\n{body}" + CUT_NOTE.format(rest=rest)
 
 
 def not_found_result(handle: str | None) -> str:

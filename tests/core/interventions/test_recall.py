@@ -264,7 +264,23 @@ def test_a_query_returns_only_the_passages_that_mention_it() -> None:
 
 def test_a_result_is_cut_to_its_limit_and_says_so() -> None:
     out = recall_result("spill_h", "Q" * 5000, None, 1000)
-    assert out.count("Q") == 1000 and "4000 more byte(s) not returned" in out
+    kept = out.count("Q")
+    assert len(out.encode()) <= 1000 and kept > 700
+    assert f"{5000 - kept} more byte(s) not returned" in out
+
+
+@given(st.text(max_size=3000), st.integers(1024, 4000), st.one_of(st.none(), st.text(min_size=1, max_size=5)))
+def test_a_result_never_exceeds_its_limit_and_keeps_a_verbatim_prefix(text: str, limit: int, query: str | None) -> None:
+    out = recall_result("spill_h", text, query, limit)
+    assert len(out.encode("utf-8", "surrogatepass")) <= limit
+    head, _, rest = out.partition("\n")
+    assert head.startswith("[compaction-gate recall of spill_h")
+    if "more byte(s) not returned" in out:
+        body = rest[: rest.rindex("\n[… ")]
+        whole = text if query is None else "\n".join(p for p in passages(text) if query.casefold() in p.casefold())
+        assert whole.startswith(body)
+        n = int(out[out.rindex("[… ") + 3 :].split(" ", 1)[0])
+        assert n == len(whole.encode("utf-8", "surrogatepass")) - len(body.encode("utf-8", "surrogatepass"))
 
 
 @given(st.lists(st.text(min_size=0, max_size=30), max_size=8))
