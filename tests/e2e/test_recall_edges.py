@@ -193,3 +193,46 @@ def test_a_client_disconnect_during_the_second_round_cancels_it_upstream(make_ga
             break
         __import__("time").sleep(0.05)
     assert closed and closed[-1]["reason"] == "client_disconnected"
+
+
+def test_a_query_returns_only_the_passages_that_mention_it(make_gate: Any) -> None:
+    stack = make_gate(SPILL, story.recalling(query="Running upgrade"))
+    agent = compacted(stack)
+    n = len(stack.fake.model_requests())
+    turn = ask(agent, story.ROLLBACK_ASK)
+    assert story.rollback_target(turn.calls[0][1]) == story.REVISION
+    _, second = stack.fake.model_requests()[n:]
+    result = second.json["messages"][-1]
+    assert result["role"] == "tool"
+    assert "the 1 passage(s) that mention 'Running upgrade'" in result["content"]
+    assert story.REVISION in result["content"]
+    assert "4 passed in 0.31s" not in result["content"]  # another passage of the region
+    ev = recalls(stack)[-1]
+    assert ev["outcome"] == "found" and ev["query"] is True
+    assert "Running upgrade" not in json.dumps(recalls(stack))  # the query text is not recorded
+
+
+def test_the_conversations_byte_budget_cuts_the_result_then_stops_offering_the_tool(make_gate: Any) -> None:
+    policy = SPILL + "recall:\n  budget_bytes: 1024\n"  # less than the region holds
+    stack = make_gate(policy, story.recalling())
+    agent = compacted(stack)
+    n = len(stack.fake.model_requests())
+    turn = ask(agent, story.ROLLBACK_ASK)
+    _, second = stack.fake.model_requests()[n:]
+    result = second.json["messages"][-1]["content"]
+    assert "more byte(s) not returned (recall limit)" in result
+    ev = recalls(stack)[-1]
+    assert ev["outcome"] == "found" and ev["bytes"] == len(result.encode()) <= 1024
+    # the revision comes early in the region: the cut result still holds it
+    assert story.rollback_target(turn.calls[0][1]) == story.REVISION
+    # the budget is spent: the next request is not offered the tool
+    agent.messages.append({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c_rb", "type": "function", "function": {"name": "bash", "arguments": turn.calls[0][1]}}]})
+    agent.messages.append({"role": "tool", "tool_call_id": "c_rb", "content": story.run_tool("alembic downgrade x")})
+    n = len(stack.fake.model_requests())
+    again = ask(agent, "What is the state of the service?")
+    sent = stack.fake.model_requests()[n:]
+    assert len(sent) == 1 and story.RECALL_TOOL not in json.dumps(sent[0].json["tools"])
+    assert "x-compaction-gate-recall" not in again.headers
+    fb = [e for e in stack.events() if e["kind"] == "recall_fallback"]
+    assert fb and fb[-1]["reason"] == "budget"
