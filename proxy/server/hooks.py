@@ -72,7 +72,8 @@ class Exchange:
     headers. ``path`` and ``query`` are percent-decoded (the raw bytes are forwarded
     upstream unchanged). ``request_id`` is the proxy's own id for correlating log lines.
     ``supports_rounds`` says whether the transport runs a decision's ``rounds`` (the HTTP
-    handler does; the Responses WebSocket relay and the LiteLLM guardrail do not).
+    handler and the LiteLLM guardrail's chat completions do; the Responses WebSocket
+    relay does not).
     """
 
     method: str
