@@ -236,3 +236,29 @@ def test_the_conversations_byte_budget_cuts_the_result_then_stops_offering_the_t
     assert "x-compaction-gate-recall" not in again.headers
     fb = [e for e in stack.events() if e["kind"] == "recall_fallback"]
     assert fb and fb[-1]["reason"] == "budget"
+
+
+def test_a_regenerated_turn_after_a_recall_keeps_one_note_naming_a_handle_the_tool_offers(make_gate: Any) -> None:
+    """The client withdraws the rollback the model made after recalling and asks again (a
+    regenerate): a lossy turn without a summary of its own extends the spill repair — one
+    note right after the summary, naming a handle the tool describes — and the model
+    recalls again instead of guessing."""
+    stack = make_gate(SPILL, story.recalling())
+    agent = compacted(stack)
+    first = ask(agent, story.ROLLBACK_ASK)
+    agent.messages.pop()  # the turn withdrawn: the same question again
+    n = len(stack.fake.model_requests())
+    again = ask(agent, story.ROLLBACK_ASK)
+    assert story.rollback_target(again.calls[0][1]) == story.rollback_target(first.calls[0][1]) == story.REVISION
+    rounds = stack.fake.model_requests()[n:]
+    assert len(rounds) == 2
+    sent = rounds[0].json
+    text = json.dumps(sent["messages"])
+    assert text.count("[compaction-gate") == 1  # one note, not a second one after the question
+    assert sent["messages"][-1]["content"] == story.ROLLBACK_ASK
+    tool = next(t for t in sent["tools"] if t["function"]["name"] == story.RECALL_TOOL)
+    # the withdrawn turn was spilled too: the note names the newest handle (as the spill
+    # note would), and the tool describes both, newest first
+    described = _HANDLE.findall(tool["function"]["description"])
+    assert len(described) == 2 and set(_HANDLE.findall(text)) == {described[0]}
+    assert [e["transition"] for e in stack.events() if e["kind"] == "compaction"] == ["summarize", "fork"]
