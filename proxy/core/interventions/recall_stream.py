@@ -24,10 +24,10 @@ A stream fed to a merger whose model never calls a tool comes out byte for byte.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..responses import anthropic_blocks
 from .recall import RESPONSES_CALLS, RecallApi, note_item, sum_usage, without_tool
 from .sse import parse_event, render_event
 from .tripwire import message_item_events
@@ -99,6 +99,10 @@ class RoundMerger:
 
     def release(self) -> list[bytes]:
         """The last round ended without a recall: the held events, usage summed."""
+        return [h.raw for h in self.held] + self._tail()
+
+    def _tail(self) -> list[bytes]:
+        """The terminal events, usage summed over the rounds."""
         raise NotImplementedError
 
     def strip(self, note: str) -> list[bytes]:
@@ -212,9 +216,6 @@ class ChatMerger(RoundMerger):
             out.append(self.done)
         return out
 
-    def release(self) -> list[bytes]:
-        return [h.raw for h in self.held] + self._tail()
-
     def _kept(self) -> list[bytes]:
         out = [r for r in (self.usage_raw, self.done) if r is not None]
         self.usage_chunk = self.usage_raw = self.done = None
@@ -302,16 +303,7 @@ class AnthropicMerger(RoundMerger):
         return self._out(_Held(obj, ev.event, rendered, idx))
 
     def _end(self) -> RoundEnd:
-        content: list[dict[str, Any]] = []
-        for _, block in sorted(self.blocks.items()):
-            b = {k: v for k, v in block.items() if k != "_json"}
-            if block.get("_json"):
-                text = "".join(block["_json"])
-                try:
-                    b["input"] = json.loads(text) if text.strip() else {}
-                except ValueError:
-                    b["input"] = {}
-            content.append(b)
+        content = anthropic_blocks(self.blocks, keep_cut_input=False)
         usage = dict(self.start_usage)
         if self.delta is not None and isinstance(self.delta.obj.get("usage"), dict):
             usage.update({k: v for k, v in self.delta.obj["usage"].items() if v is not None})
@@ -338,9 +330,6 @@ class AnthropicMerger(RoundMerger):
         if self.stop is not None:
             out.append(self.stop)
         return out
-
-    def release(self) -> list[bytes]:
-        return [h.raw for h in self.held] + self._tail()
 
     def _kept(self) -> list[bytes]:
         out = [r for r in (self.delta.raw if self.delta else None, self.stop) if r is not None]
