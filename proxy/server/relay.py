@@ -17,7 +17,7 @@ from multidict import CIMultiDict
 
 from proxy.server.errors import ProxyError, sse_error_event
 from proxy.server.headers import downstream_headers
-from proxy.server.hooks import Decision, ResponseTap
+from proxy.server.hooks import Decision, DialectName, ResponseTap
 from proxy.server.logs import GATE_LOGGER
 from proxy.server.record import (
     RequestRecord,
@@ -225,6 +225,18 @@ class _ClientGone(Exception):
     """The client connection closed while we were writing to it."""
 
 
+async def end_with_error(
+    send: Callable[[list[bytes]], Awaitable[None]], resp: web.StreamResponse, dialect: DialectName, err: ProxyError
+) -> None:
+    """End a stream already under way with the dialect's error event (a client that is
+    gone by then is fine: there is nobody left to tell)."""
+    try:
+        await send([sse_error_event(dialect, err)])
+        await resp.write_eof()
+    except (_ClientGone, ConnectionError):
+        pass
+
+
 async def _write(resp: web.StreamResponse, data: bytes) -> None:
     try:
         await resp.write(data)
@@ -337,11 +349,7 @@ async def _relay_stream(r: _Relay, tap: ResponseTap | None) -> web.StreamRespons
         err, reason = upstream_failure(exc)
         rec.error = reason
         guard.closed(reason)
-        try:
-            await send([sse_error_event(r.route.dialect, err)])
-            await resp.write_eof()
-        except (_ClientGone, ConnectionError):
-            pass
+        await end_with_error(send, resp, r.route.dialect, err)
         return resp
         rec.error = "client_disconnected"
         guard.closed("client_disconnected")

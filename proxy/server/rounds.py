@@ -46,6 +46,7 @@ from proxy.server.relay import (
     _Relay,
     _TapGuard,
     _write,
+    end_with_error,
     respond_tapped,
 )
 from proxy.server.sse import SSESplitter
@@ -283,11 +284,7 @@ async def _stream(r: _Relay, tap: ResponseTap | None, guard: _Guard, follow: Sen
         err, reason = upstream_failure(exc)
         rec.error = reason
         ended(reason)
-        try:
-            await send([sse_error_event(r.route.dialect, err)])
-            await resp.write_eof()
-        except (_ClientGone, ConnectionError):
-            pass
+        await end_with_error(send, resp, r.route.dialect, err)
         return resp
     try:
         await resp.write_eof()
