@@ -278,7 +278,10 @@ class TokenAccounting:
                     try:
                         from litellm.utils import huggingface_tokenizer_kind
 
-                        kind = str(huggingface_tokenizer_kind(m) or "") or None
+                        found = huggingface_tokenizer_kind(m)
+                        # a plain str: litellm 1.108's Literal has no "deepseek" kind (mypy
+                        # --strict called the comparison below unreachable)
+                        kind = None if found is None else str(found)
                     except Exception:
                         kind = None
                     if kind in ("deepseek", "anthropic"):
