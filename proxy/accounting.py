@@ -274,11 +274,14 @@ class TokenAccounting:
                 window = _window_from_litellm(litellm, m)
                 tokenizer, exact = prov.tokenizer, prov.exact
                 if not prov.exact:
-                    kind = None
+                    kind: str | None = None
                     try:
                         from litellm.utils import huggingface_tokenizer_kind
 
-                        kind = huggingface_tokenizer_kind(m)
+                        found = huggingface_tokenizer_kind(m)
+                        # a plain str: litellm 1.108's Literal has no "deepseek" kind (mypy
+                        # --strict called the comparison below unreachable)
+                        kind = None if found is None else str(found)
                     except Exception:
                         kind = None
                     if kind in ("deepseek", "anthropic"):

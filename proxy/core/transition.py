@@ -36,7 +36,7 @@ from difflib import SequenceMatcher
 from typing import Literal
 
 from .markers import NO_MARKERS, Markers, fold
-from .messages import Message, Part, Snapshot
+from .messages import Message, Part, Snapshot, is_opaque_summary
 from .prefix import common_prefix
 from .volatile import stable_system
 
@@ -476,6 +476,8 @@ def _classify_general(
         if a:
             note_agent(a, "continuation")
             summary.append(j)
+        elif is_opaque_summary(m) and lost_idx:
+            summary.append(j)  # the API's own (encrypted) summary of the lost messages
         elif slot == "replacing" and pos in ("leading", "middle"):
             summary.append(j)  # structural: a span replaced by new message(s), kept ones after
         elif lost_text and looks_like_summary(m.text, lost_text, markers):

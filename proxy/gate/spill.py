@@ -12,17 +12,16 @@
 - Durable when given a path (the served proxy puts it beside its SQLite state, see
   :func:`proxy.gate.wiring.build_gate`): every record is also written to a SQLite file,
   so a handle given to an agent still resolves after a restart, until it expires. The
-  in-memory store (``path=None``) loses them on restart. Spills are rare (a destructive
-  compaction under a ``spill`` policy), so the write is made at once, in the request.
+  in-memory store (``path=None``) loses them on restart. Spills are rare (one per compaction
+  under a ``spill`` policy), so the write is made at once, in the request.
 - Secrets found in the region are redacted before it is stored, in memory and on disk,
   with the gate's own detectors (:func:`proxy.core.redaction.redact_secrets`, with the
   policy's catalog when given): whatever the gate treats as a secret is never served
   back, capability handles (lock tokens, upload ids) are.
 
-Not done: the optional ``recall_context`` tool (the proxy advertising a tool and resolving
-its calls itself, re-calling upstream) is not implemented. The spill note tells the model
-and the operator the handle and the ``GET /gate/spill/{handle}`` URL; an agent needs a
-way to fetch it (a generic HTTP tool, or its operator).
+Read back two ways: by the model, through the recall tool the gate offers and resolves
+itself (:mod:`proxy.gate.recall`, with :meth:`SpillStore.get` — the same tenant check),
+and by an operator or an HTTP tool at ``GET /gate/spill/{handle}``.
 """
 
 from __future__ import annotations

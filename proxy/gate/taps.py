@@ -30,6 +30,8 @@ from ..core.interventions.tripwire import (
     annotate_json,
     block_json,
     hallucination_message,
+    in_text,
+    suggested_calls,
     tool_calls_of_json,
 )
 from ..server.hooks import ResponseTap
@@ -131,12 +133,14 @@ class GateTap:
                 self._report_summary(appended, text)
             if self.checker is not None and self.tripwire != "off":
                 parsed = json.loads(body)
-                found = self.checker(tool_calls_of_json(self.api, parsed))
+                calls = tool_calls_of_json(self.api, parsed) + suggested_calls(response_text(self.api, parsed))
+                found = self.checker(calls)
                 if found:
                     self._found(found)
                     msg = hallucination_message(found)
                     if self.tripwire == "block":
-                        body = json.dumps(block_json(self.api, parsed, msg), ensure_ascii=False).encode()
+                        blocked = block_json(self.api, parsed, msg, drop_text=in_text(found))
+                        body = json.dumps(blocked, ensure_ascii=False).encode()
                     elif self.tripwire == "annotate":
                         body = json.dumps(annotate_json(self.api, parsed, msg), ensure_ascii=False).encode()
         except Exception:

@@ -317,6 +317,21 @@ class Tracker:
         rec.gate_state = state
         self.store.save_conversation(rec)
 
+    def seen_span(self, conversation_id: str, first_index: int) -> tuple[float | None, float | None]:
+        """When the messages from ``first_index`` of the conversation's previous history
+        were on the wire: the earliest of its latest run of requests that held that
+        message, and its last request before the current one (``None`` when unknown)."""
+        rec = self._recs.get(conversation_id)
+        if rec is None or len(rec.timeline) < 2:
+            return None, None
+        earlier = rec.timeline[:-1]  # the last entry is the request being judged
+        since: float | None = None
+        for e in reversed(earlier):
+            if e.messages + e.reply_messages <= first_index:
+                break
+            since = e.at
+        return since, earlier[-1].at
+
     def set_transition(self, conversation_id: str, seq: int, transition: str) -> None:
         """Refine the transition kind of one timeline entry (e.g. ``summarize``,
         ``truncate``, ``mask``) once the policy layer classified it."""

@@ -112,6 +112,26 @@ def test_audit_records_the_destructive_compaction(aider: str, tmp_path: Path, st
     assert destructive and destructive[0]["action"] == "warn" and ROLLBACK_TARGET in destructive[0]["required"]
     # nothing changed: the model, which lost the revision, invented one and aider ran it
     assert final_action(out) == INVENTED, out[-2000:]
+    # and the audit says so: the command aider suggested carries a value never seen
+    trip = events_of(stack, "tripwire")
+    assert trip and trip[-1]["action"] == "warn", [e["kind"] for e in events_of(stack)]
+    (found,) = trip[-1]["hallucinated"]
+    assert found["value"] == INVENTED and ROLLBACK_TARGET in found["expected"], found
+
+
+def test_tripwire_stops_the_invented_command_aider_would_suggest(aider: str, tmp_path: Path, stacks: Any) -> None:
+    """No tool role: the next action is the shell command the reply suggests. Under
+    ``tripwire: block`` (and no repair) the reply that suggests the invented revision
+    never reaches aider; aider shows why and which value was recorded instead."""
+    policy = tmp_path / "audit-block.yaml"
+    policy.write_text("version: 1\nname: audit-block\nextends: audit\ntripwire:\n  action: block\n")
+    story = Story(obey_contract_from=0)
+    stack, out = run_aider(aider, tmp_path / "w", str(policy), story, TURNS)
+    stacks.append(stack)
+    assert final_action(out) is None, out[-2000:]
+    assert "compaction-gate stopped a suggested command" in out and ROLLBACK_TARGET in out, out[-2000:]
+    trip = events_of(stack, "tripwire")
+    assert trip and trip[-1]["action"] == "reject" and trip[-1]["hallucinated"][0]["value"] == INVENTED
 
 
 def test_strict_refuses_and_the_values_sent_back_proceed(aider: str, tmp_path: Path, stacks: Any) -> None:
@@ -127,3 +147,21 @@ def test_strict_refuses_and_the_values_sent_back_proceed(aider: str, tmp_path: P
     assert 1 <= len(refused) <= 3, [e["kind"] for e in refused]
     # the way forward: the values sent back (the rejection says so) — the next turn passes
     assert final_action(out) == ROLLBACK_TARGET, out[-2000:]
+
+
+def test_strict_refuses_then_aiders_own_next_compaction_keeps_the_values(
+    aider: str, tmp_path: Path, stacks: Any
+) -> None:
+    """The other way forward: nobody sends the values back. aider summarizes again at
+    its next start; that summarization call carries the gate's contract naming what the
+    refused summary lost, a summarizer that follows it keeps them, and the session goes
+    on to the right rollback."""
+    policy = tmp_path / "strict-contract-only.yaml"
+    policy.write_text("version: 1\nname: strict-contract-only\nextends: strict\ngate:\n  append_missing: false\n")
+    story = Story(obey_contract_from=2)  # ignores the first contract, follows the next ones
+    stack, out = run_aider(aider, tmp_path / "w", str(policy), story, TURNS)
+    stacks.append(stack)
+    assert "compaction-gate refused this request" in out, out[-2000:]
+    assert len(story.contracts) >= 2 and ROLLBACK_TARGET in "\n".join(story.contracts[1]), story.contracts
+    assert final_action(out) == ROLLBACK_TARGET, out[-2000:]
+    assert not any(ROLLBACK_TARGET in t for t in TURNS[1:])  # nobody sent it back after the paste

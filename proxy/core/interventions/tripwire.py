@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from .reject import HALLUCINATION_CODE
 from .sse import SSEEvent, parse_event, render_event
+from .text_actions import SUGGESTED, commands_in_text
 
 #: ``text -> [(value, norm, kind), ...]`` — the identifier catalogue, injected.
 Extractor = Callable[[str], Iterable[tuple[str, str, str]]]
@@ -36,6 +37,12 @@ class ToolCall:
     name: str
     arguments: str
     call_id: str | None = None
+
+
+def suggested_calls(text: str) -> list[ToolCall]:
+    """The shell commands an assistant reply proposes in fenced blocks, as calls (the next
+    action of an agent without a tool role, see :mod:`.text_actions`)."""
+    return [ToolCall(SUGGESTED, cmd) for cmd in commands_in_text(text)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +86,32 @@ def find_hallucinations(
     return out
 
 
-def hallucination_message(found: Sequence[Hallucination]) -> str:
+def in_text(found: Sequence[Hallucination]) -> bool:
+    """Whether one of the findings is in a command the reply's text suggests."""
+    return any(h.tool_name == SUGGESTED for h in found)
+
+
+def hallucination_message(found: Sequence[Hallucination], *, stopped: bool = True) -> str:
+    """What the model and the user are told; ``stopped=False`` when the action has
+    already reached the client (a command suggested in streamed text)."""
+    what = "stopped a tool call" if stopped else "flags the command suggested above"
+    if stopped and all(h.tool_name == SUGGESTED for h in found):
+        what = "stopped a suggested command"
     lines = [
         (
-            "compaction-gate stopped a tool call: after a compaction dropped identifiers of the "
+            f"compaction-gate {what}: after a compaction dropped identifiers of the "
             "kinds below, the model used value(s) that never appeared in this conversation "
             "(probably invented):"
         )
     ]
     for h in found:
-        line = f"- `{h.value}` ({h.kind}) in a call to {h.tool_name}"
+        where = h.tool_name if h.tool_name == SUGGESTED else f"a call to {h.tool_name}"
+        line = f"- `{h.value}` ({h.kind}) in {where}"
         if h.expected:
             line += "; the value recorded before the compaction: " + ", ".join(f"`{v}`" for v in h.expected)
         lines.append(line)
+    if not stopped:
+        lines.append("Do not run it.")
     lines.append("Use the recorded value verbatim, or re-check it with a read-only command, before acting.")
     return "\n".join(lines)
 
@@ -122,9 +142,11 @@ def tool_calls_of_json(api: ToolApi, body: Any) -> list[ToolCall]:
     return calls
 
 
-def block_json(api: ToolApi, body: dict[str, Any], message: str) -> dict[str, Any]:
+def block_json(api: ToolApi, body: dict[str, Any], message: str, *, drop_text: bool = False) -> dict[str, Any]:
     """The response with its tool calls removed and ``message`` as the assistant's text,
-    so no agent executes the call (the HTTP status of an upstream 200 cannot change)."""
+    so no agent executes the call (the HTTP status of an upstream 200 cannot change);
+    ``drop_text``: the assistant's own text goes too (it suggests the stopped command).
+    (On chat the message's text is always replaced.)"""
     out = copy.deepcopy(body)
     text = "[compaction-gate] " + message
     if api == "chat":
@@ -135,8 +157,9 @@ def block_json(api: ToolApi, body: dict[str, Any], message: str) -> dict[str, An
             msg["content"] = text
             ch["finish_reason"] = "stop"
     elif api == "responses":
+        dropped = ("function_call", "custom_tool_call", "message") if drop_text else ("function_call", "custom_tool_call")
         out["output"] = [
-            i for i in out.get("output") or () if not (isinstance(i, dict) and i.get("type") in ("function_call", "custom_tool_call"))
+            i for i in out.get("output") or () if not (isinstance(i, dict) and i.get("type") in dropped)
         ] + [
             {
                 "type": "message",
@@ -147,8 +170,9 @@ def block_json(api: ToolApi, body: dict[str, Any], message: str) -> dict[str, An
             }
         ]
     else:
+        dropped_blocks = ("tool_use", "text") if drop_text else ("tool_use",)
         out["content"] = [
-            b for b in out.get("content") or () if not (isinstance(b, dict) and b.get("type") == "tool_use")
+            b for b in out.get("content") or () if not (isinstance(b, dict) and b.get("type") in dropped_blocks)
         ] + [{"type": "text", "text": text}]
         out["stop_reason"] = "end_turn"
     return out
@@ -231,6 +255,8 @@ class ToolCallStreamGuard:
         self._resp_shift = 0  # events inserted so far
         self._resp_hold_seq: int | None = None  # sequence number (as sent) of the first held event
         self._replaced: dict[str, dict[str, Any]] = {}  # blocked call item id -> its message item
+        self._text: list[str] = []  # the reply's text so far (already forwarded)
+        self._text_checked = False
 
     def _report(self, found: list[Hallucination]) -> None:
         self.found.extend(found)
@@ -268,7 +294,30 @@ class ToolCallStreamGuard:
             self._notes.append(msg)
         return None
 
+    def _check_text(self) -> None:
+        """At the end of the reply, the commands its text suggests (agents without a tool
+        role). The text has already reached the client: a finding is flagged by a note
+        (under ``block`` and ``annotate``), it cannot be stopped."""
+        if self._text_checked:
+            return
+        self._text_checked = True
+        calls = suggested_calls("".join(self._text))
+        found = self.check(calls) if calls else []
+        if not found:
+            return
+        self._report(found)
+        if self.action in ("block", "annotate"):
+            self._notes.append(hallucination_message(found, stopped=False))
+
     # -- chat
+    def _chat_note(self) -> bytes:
+        note = dict(self._chat_meta)
+        note["choices"] = [
+            {"index": 0, "delta": {"content": "\n\n[compaction-gate warning] " + "\n".join(self._notes)}, "finish_reason": None}
+        ]
+        self._notes = []
+        return render_event(note)
+
     def _feed_chat(self, ev: SSEEvent) -> list[bytes]:
         obj = ev.json()
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
@@ -281,6 +330,8 @@ class ToolCallStreamGuard:
         finish = False
         for ch in obj["choices"]:
             delta = (ch or {}).get("delta") or {}
+            if isinstance(delta.get("content"), str) and not (ch or {}).get("index"):
+                self._text.append(delta["content"])
             for tc in delta.get("tool_calls") or ():
                 slot = self._chat_calls.setdefault(int(tc.get("index", 0)), ["", "", None])
                 fn = tc.get("function") or {}
@@ -290,8 +341,10 @@ class ToolCallStreamGuard:
                 self._holding = True
             if (ch or {}).get("finish_reason") is not None:
                 finish = True
+        if finish:
+            self._check_text()
         if not self._holding:
-            return [ev.raw]
+            return [self._chat_note(), ev.raw] if finish and self._notes else [ev.raw]
         self._held.append(ev.raw)
         if not finish:
             return []
@@ -302,12 +355,7 @@ class ToolCallStreamGuard:
             self.blocked = True
             return [stream_error_event("chat", msg)]
         if self._notes:
-            note = dict(self._chat_meta)
-            note["choices"] = [
-                {"index": 0, "delta": {"content": "\n\n[compaction-gate warning] " + "\n".join(self._notes)}, "finish_reason": None}
-            ]
-            self._notes = []
-            held.insert(len(held) - 1, render_event(note))
+            held.insert(len(held) - 1, self._chat_note())
         return held
 
     # -- anthropic
@@ -316,6 +364,12 @@ class ToolCallStreamGuard:
         typ = (obj.get("type") if isinstance(obj, dict) else None) or ev.event
         if not isinstance(obj, dict):
             return self._pass_or_hold(ev.raw)
+        raw_delta = obj.get("delta")
+        text_delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
+        if typ == "content_block_delta" and text_delta.get("type") == "text_delta":
+            self._text.append(str(text_delta.get("text", "")))
+        elif typ == "message_delta":
+            self._check_text()
         if typ == "content_block_start":
             idx = int(obj.get("index", 0))
             self._anth_max = max(self._anth_max, idx)
@@ -374,6 +428,10 @@ class ToolCallStreamGuard:
         if typ in _RESPONSES_FINAL and self._replaced:
             self._replace_in_final(obj)
             ev = SSEEvent(render_event(obj, ev.event), ev.event, None)
+        if typ == "response.output_text.delta":
+            self._text.append(str(obj.get("delta", "")))
+        elif typ in _RESPONSES_FINAL:
+            self._check_text()
         if typ in _RESPONSES_FINAL and self._notes and not self._holding:
             return [*self._responses_note(obj), render_event(obj, ev.event)]
         item = obj.get("item") if isinstance(obj.get("item"), dict) else None
@@ -409,7 +467,7 @@ class ToolCallStreamGuard:
         item_id = f"msg_compaction_gate_{index}"
         part = {"type": "output_text", "text": text, "annotations": []}
         done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        events = _message_events(done_item, index)
+        events = message_item_events(done_item, index)
         self._replaced[str(call.get("id"))] = done_item
         if self._resp_hold_seq is not None and self._resp_last_seq is not None:
             base = self._resp_hold_seq
@@ -447,7 +505,7 @@ class ToolCallStreamGuard:
         item_id = f"msg_compaction_gate_{index}"
         part = {"type": "output_text", "text": text, "annotations": []}
         done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        events = _message_events(done_item, index)
+        events = message_item_events(done_item, index)
         if self._resp_last_seq is not None:  # the stream numbers its events: continue
             base = self._resp_last_seq + self._resp_shift  # the final event's number as sent
             for k, e in enumerate(events):
@@ -460,7 +518,7 @@ class ToolCallStreamGuard:
         return [render_event(e, e["type"]) for e in events]
 
 
-def _message_events(done_item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+def message_item_events(done_item: dict[str, Any], index: int) -> list[dict[str, Any]]:
     """The stream events of a complete assistant message item at ``index``."""
     part = done_item["content"][0]
     at = {"item_id": done_item["id"], "output_index": index, "content_index": 0}
