@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,12 @@ class Agent:
         self.i += 1
         return json.dumps({"model": "gpt-4o", "messages": self.messages}).encode()
 
+    def take(self, raw: bytes) -> None:
+        """The reply's body: its text goes into the history, then the user's next word."""
+        reply = json.loads(raw)["choices"][0]["message"]
+        self.messages.append({"role": "assistant", "content": reply["content"]})
+        self.messages.append({"role": "user", "content": "continue"})
+
 
 # --------------------------------------------------------------------------- servers (own processes)
 
@@ -119,22 +126,31 @@ def cpu_split() -> tuple[set[int], set[int]] | None:
     return set(cpus[:half]), set(cpus[half:])
 
 
+#: What the fake upstream says: a text (kind ``fake``) or a tool call (``fake-tools``).
+REPLY_TEXT = "ok, continuing."
+REPLY_TOOL = ("bash", {"cmd": "kubectl rollout status deploy/api -n prod", "timeout": 30})
+
+
 def _serve(kind: str, upstream: str, q: Any, state_dir: str, cpus: set[int] | None = None,
            model_latency: float = 0.0) -> None:
     """Serve target ``kind`` in this process (on ``cpus`` if given); put its URL on ``q``.
-    ``model_latency``: seconds the fake upstream takes to answer, as a model does."""
+    ``model_latency``: seconds the fake upstream takes to answer, as a model does.
+    ``fake`` answers :data:`REPLY_TEXT`, ``fake-tools`` the tool call :data:`REPLY_TOOL`."""
     if cpus:
         os.sched_setaffinity(0, cpus)
 
     async def main() -> None:
-        if kind == "fake":
-            from tests.support.fake_upstream import FakeUpstream, Reply
+        if kind in ("fake", "fake-tools"):
+            from tests.support.fake_upstream import FakeUpstream, Reply, ToolCall
+
+            tools = [ToolCall(*REPLY_TOOL)] if kind == "fake-tools" else []
 
             async def reply(call: Any) -> Reply:
                 fake.requests.clear()  # the fake records every request: keep its memory flat
                 if model_latency:
                     await asyncio.sleep(model_latency)
-                return Reply(text="ok, continuing.")
+                # with a tool call the content is null, as OpenAI's is
+                return Reply(text=None if tools else REPLY_TEXT, tool_calls=tools)
 
             fake = FakeUpstream(reply)
             await fake.start()
@@ -201,7 +217,7 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str, cpus: set[int] | No
             app = create_app(config, interceptor)
             server = await start_server(app, "127.0.0.1", 0)
             q.put(server.url)
-        if kind in ("fake", "bare"):
+        if kind in ("fake", "fake-tools", "bare"):
             # harness processes: keep the cyclic GC out of the way (the gate processes run
             # exactly as the product does)
             gc.collect()
@@ -239,8 +255,13 @@ def cpu_seconds(pid: int) -> float:
 
 async def run_all(targets: dict[str, str], size: int, agents: int, requests: int, warmup: int,
                   seed: int, pids: dict[str, int] | None = None, settle: float = SETTLE_SECONDS,
-                  gap: float = 0.0) -> dict[str, tuple[list[float], float, float]]:
-    """Every target gets its own population of agents (same seeds, same histories).
+                  gap: float = 0.0, make_agent: Callable[[int, int], Agent] = Agent,
+                  first: dict[str, list[float]] | None = None,
+                  ) -> dict[str, tuple[list[float], float, float]]:
+    """Every target gets its own population of agents (same seeds, same histories), each
+    built by ``make_agent(seed, size)``: it makes each request's body (``next_body``) and
+    takes its reply's bytes (``take``). ``first``, if given, gets per target the latencies
+    of the first round (each agent's history seen for the first time; not measured).
     Requests are interleaved: in each round every target, in a shuffled order, gets one
     request from each of its agents (concurrently), so load from anything else on the
     machine hits all targets alike, followed by ``gap`` seconds of pause (so work a
@@ -250,7 +271,7 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
     requests/s) and, for targets in ``pids``, the server process's CPU seconds per
     measured request (all its threads; warm-up rounds, and ``settle`` seconds after them
     for the servers' deferred work, excluded)."""
-    pops = {name: [Agent(seed * 1000 + a, size) for a in range(agents)] for name in targets}
+    pops = {name: [make_agent(seed * 1000 + a, size) for a in range(agents)] for name in targets}
     lat: dict[str, list[float]] = {name: [] for name in targets}
     busy: dict[str, float] = {name: 0.0 for name in targets}
     cpu0: dict[str, float] = {}
@@ -263,15 +284,21 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
         async with aiohttp.ClientSession(connector=conn) as s:
 
             async def one(url: str, agent: Agent, body: bytes) -> float:
-                t0 = time.perf_counter()
-                async with s.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
-                    data = await r.read()
-                    if r.status != 200:
-                        raise RuntimeError(f"{url}: HTTP {r.status}: {data[:200]!r}")
+                for attempt in (1, 2):
+                    t0 = time.perf_counter()
+                    try:
+                        async with s.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+                            data = await r.read()
+                            if r.status != 200:
+                                raise RuntimeError(f"{url}: HTTP {r.status}: {data[:200]!r}")
+                        break
+                    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                        # a server that closes idle keep-alive connections (uvicorn's 5 s):
+                        # the pooled connection was gone; the new one is timed from scratch
+                        if attempt == 2:
+                            raise
                 dt = time.perf_counter() - t0
-                reply = json.loads(data)["choices"][0]["message"]
-                agent.messages.append({"role": "assistant", "content": reply["content"]})
-                agent.messages.append({"role": "user", "content": "continue"})
+                agent.take(data)
                 return dt
 
             for k in range(warmup + requests):
@@ -291,6 +318,8 @@ async def run_all(targets: dict[str, str], size: int, agents: int, requests: int
                     if k >= warmup:
                         busy[name] += time.perf_counter() - t0
                         lat[name].extend(dts)
+                    elif k == 0 and first is not None:
+                        first.setdefault(name, []).extend(dts)
                     if gap:
                         await asyncio.sleep(gap)
             cpu = {name: (cpu_seconds(pid) - cpu0[name]) / (requests * agents) for name, pid in (pids or {}).items()}

@@ -278,7 +278,10 @@ class TokenAccounting:
                     try:
                         from litellm.utils import huggingface_tokenizer_kind
 
-                        kind = str(huggingface_tokenizer_kind(m) or "") or None
+                        found = huggingface_tokenizer_kind(m)
+                        # a plain str: litellm 1.108's Literal has no "deepseek" kind (mypy
+                        # --strict called the comparison below unreachable)
+                        kind = None if found is None else str(found)
                     except Exception:
                         kind = None
                     if kind in ("deepseek", "anthropic"):
@@ -375,6 +378,12 @@ class TokenAccounting:
             return False
         tok = self.model_info(model).tokenizer
         return any((tok, m.digest) in self._estimated for m in msgs)
+
+    def count_messages(self, model: str | None, msgs: tuple[Message, ...]) -> None:
+        """Count ``msgs`` into the cache, as :meth:`count_message` would on the loop
+        (blocking: run it in a worker thread, for a long history seen for the first time)."""
+        for m in msgs:
+            self.count_message(model, m)
 
     def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
         """Count the messages with a text too long for the event loop, exactly up to

@@ -5,6 +5,8 @@ No API key, no network. The command starts, on free loopback ports:
 1. the scripted model of :mod:`proxy.demo_upstream` (OpenAI wire format);
 2. a proxy under the ``audit`` policy (warn only: what happens without the gate);
 3. a proxy under the ``default`` policy (the gate acting);
+4. a proxy under the ``recall`` policy (no summary contract: what the compaction removed
+   is spilled, and the model recalls the revision through the gate's recall tool);
 
 plays the migration story of :mod:`proxy.demo_story` through each proxy, and prints a
 short narrated report: what was compacted, what was dropped, what the gate did, and
@@ -47,14 +49,14 @@ __all__ = [
     "start_app",
 ]
 
-POLICIES: tuple[str, str] = ("audit", "default")
+POLICIES: tuple[str, ...] = ("audit", "default", "recall")
 
 _ACTION_TEXT: dict[str, str] = {
     "none": "let the request through: nothing required was lost",
     "warn": "warned and recorded an event; the request went upstream unchanged",
     "reinject": "re-injected the dropped binding verbatim, right after the summary",
     "reject": "refused the request (HTTP 400, x-should-retry: false), naming the binding",
-    "spill": "stored the lost history under a private handle and told the model how to fetch it",
+    "spill": "stored the lost history under a private handle and offered the model a tool to recall it",
     "gate": "added a contract naming the binding to the summarization call and checked the summary",
 }
 
@@ -261,6 +263,19 @@ def _run_section(number: int, title: str, run: DemoRun) -> list[str]:
     if action == "reinject" and reinjected:
         did = f"re-injected {', '.join(reinjected)} verbatim, right after the summary"
     lines.append(f"   the gate:   {did}")
+    recalled = [e for e in events if e.get("kind") == "recall"]
+    for e in recalled:
+        handle = str(e.get("handle") or "")
+        shown = handle[:14] + "…" if len(handle) > 14 else handle
+        lines.append(
+            f"   recall:     the model called {e.get('tool')}({shown}); the gate answered it from the spill "
+            f"store ({e.get('bytes')} bytes, {e.get('outcome')}) and asked the model again"
+        )
+    if recalled and story.final_command is not None and "spill_" not in story.final_command:
+        lines.append(
+            f"               the client sent one request and got one answer ({len(recalled) + 1} upstream rounds, "
+            "usage summed); it never saw the recall call"
+        )
     trip = _first(events, "tripwire")
     if trip is not None:
         for h in _bindings(trip, "hallucinated"):
@@ -273,7 +288,7 @@ def _run_section(number: int, title: str, run: DemoRun) -> list[str]:
 
 def render_report(outcome: DemoOutcome, *, keep_running: bool) -> str:
     """The narrated report printed by the demo."""
-    audit, default = outcome.run_for("audit"), outcome.run_for("default")
+    audit, default, recall = outcome.run_for("audit"), outcome.run_for("default"), outcome.run_for("recall")
     story = audit.story
     lines = [
         "compaction-gate demo: no API key, no network.",
@@ -289,14 +304,21 @@ def render_report(outcome: DemoOutcome, *, keep_running: bool) -> str:
         "",
         *_run_section(2, "With the gate", default),
         "",
+        *_run_section(3, "With recall on demand", recall),
+        "",
     ]
     verdict_without = "correct" if audit.story.rollback_correct else "wrong"
     verdict_with = "correct" if default.story.rollback_correct else "wrong"
-    lines.append(f"Result: rollback without the gate {verdict_without}, with the gate {verdict_with}.")
+    verdict_recall = "correct" if recall.story.rollback_correct else "wrong"
+    lines.append(
+        f"Result: rollback without the gate {verdict_without}, with the gate {verdict_with}, "
+        f"with recall on demand {verdict_recall}."
+    )
     lines.append("")
     lines.append(f"Dashboard: {default.dashboard_url}")
     if keep_running:
         lines.append(f"           {audit.dashboard_url}   (the audit run)")
+        lines.append(f"           {recall.dashboard_url}   (the recall run)")
         lines.append("Press Ctrl-C to stop.")
     else:
         lines.append("(run `compaction-gate demo --keep-running` to keep it up and open it)")
@@ -339,12 +361,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo; exit 0 when the gate made the rollback correct, 1 otherwise."""
+    """Run the demo; exit 0 when the gate made the rollback correct (with the summary
+    contract and with recall on demand), 1 otherwise."""
     try:
         outcome = asyncio.run(run_demo(keep_running=bool(args.keep_running)))
     except KeyboardInterrupt:
         return 0
-    return 0 if outcome.run_for("default").story.rollback_correct else 1
+    ok = outcome.run_for("default").story.rollback_correct and outcome.run_for("recall").story.rollback_correct
+    return 0 if ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - convenience

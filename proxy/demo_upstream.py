@@ -15,6 +15,10 @@ and no network. It behaves like a small, deterministic agent model:
 - **A user message quoting a command in backticks** gets a ``run_shell`` tool call
   running exactly that command.
 - **A tool result** gets a one-line acknowledgement.
+- **The gate's recall tool** (``recall_compacted_context``, when the proxy offers it):
+  asked to roll back with no revision in its context, the model calls it with the
+  handle its description names; given the recalled region, it rolls back to the
+  revision the region names.
 
 ``POST /v1/chat/completions`` (streamed or not), ``GET /v1/models``. Responses carry a
 ``usage`` estimate (about four characters per token). The logic is in pure functions
@@ -59,6 +63,28 @@ ROLLBACK_PHRASES: tuple[str, ...] = ("roll back", "rollback", "roll the migratio
 _REVISION_NEAR = re.compile(r"\brevision[\s:=`'\"]+([0-9a-f]{12})\b", re.IGNORECASE)
 _HEX12 = re.compile(r"(?<![0-9a-zA-Z_-])([0-9a-f]{12})(?![0-9a-zA-Z_-])")
 _BACKTICK = re.compile(r"`([^`\n]+)`")
+_HANDLE = re.compile(r"spill_[A-Za-z0-9_-]{20,}")
+RECALL_PREFIX = "recall_compacted_context"
+
+
+def _recall_tool(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The gate's recall tool among the offered ones: (its name, the newest handle)."""
+    for tool in body.get("tools") or ():
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(fn, Mapping) or not str(fn.get("name", "")).startswith(RECALL_PREFIX):
+            continue
+        handle = _HANDLE.search(str(fn.get("description") or ""))
+        if handle:
+            return str(fn["name"]), handle.group(0)
+    return None
+
+
+def _answers_recall(messages: Sequence[Mapping[str, Any]], call_id: Any) -> bool:
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            if isinstance(call, Mapping) and call.get("id") == call_id:
+                return str((call.get("function") or {}).get("name", "")).startswith(RECALL_PREFIX)
+    return False
 
 
 @dataclass(frozen=True)
@@ -67,6 +93,9 @@ class Reply:
 
     text: str | None = None
     command: str | None = None
+    #: a call of another tool than ``run_shell`` (the recall tool): its name and arguments
+    tool: str | None = None
+    arguments: Mapping[str, Any] | None = None
 
 
 def _content_text(content: Any) -> str:
@@ -164,16 +193,26 @@ def reply_for(body: Mapping[str, Any]) -> Reply:
     if not messages:
         return Reply(text="Hello. What should I do?")
     last = messages[-1]
+    if last.get("role") == "tool" and _answers_recall(messages, last.get("tool_call_id")):
+        recalled = _content_text(last.get("content"))
+        found = find_revision([{"role": "tool", "content": recalled}, {"role": "user", "content": ""}])
+        return Reply(command=f"alembic downgrade {found or invented_revision(messages)}")
     if last.get("role") == "tool":
         first = _content_text(last.get("content")).strip().splitlines()
         return Reply(text="Done. " + (first[0][:160] if first else "No output."))
-    instruction = _message_text(last)
+    # the instruction is the user's last message; a note the gate appended after it is
+    # context, not an instruction
+    asks = [m for m in messages if m.get("role") == "user" and not _message_text(m).startswith("[compaction-gate")]
+    instruction = _message_text(asks[-1] if asks and last.get("role") == "user" else last)
     lowered = instruction.lower()
     if any(marker in lowered for marker in SUMMARIZE_MARKERS):
         return Reply(text=_lossy_summary(messages))
     if any(phrase in lowered for phrase in ROLLBACK_PHRASES):
-        revision = find_revision(messages) or invented_revision(messages)
-        return Reply(command=f"alembic downgrade {revision}")
+        revision = find_revision(messages)
+        recall = _recall_tool(body)
+        if revision is None and recall is not None:
+            return Reply(tool=recall[0], arguments={"handle": recall[1]})
+        return Reply(command=f"alembic downgrade {revision or invented_revision(messages)}")
     quoted = _BACKTICK.search(instruction)
     if quoted:
         return Reply(command=quoted.group(1).strip())
@@ -191,13 +230,14 @@ def _completion(body: Mapping[str, Any], reply: Reply, seq: int) -> dict[str, An
     message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
     finish = "stop"
     completion_tokens = max(1, len(reply.text or "") // 4)
-    if reply.command is not None:
+    if reply.command is not None or reply.tool is not None:
+        name, args = ("run_shell", {"command": reply.command}) if reply.tool is None else (reply.tool, dict(reply.arguments or {}))
         message["content"] = None
         message["tool_calls"] = [
             {
                 "id": f"call_demo_{seq:04d}",
                 "type": "function",
-                "function": {"name": "run_shell", "arguments": json.dumps({"command": reply.command})},
+                "function": {"name": name, "arguments": json.dumps(args)},
             }
         ]
         finish = "tool_calls"

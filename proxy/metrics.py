@@ -231,6 +231,22 @@ class Metrics:
             ("reason",),
             registry=r,
         )
+        self._recalls = Counter(
+            f"{PREFIX}_recalls",
+            "Calls of the recall tool the gate resolved, by outcome (found, not_found, invalid, budget).",
+            ("outcome",),
+            registry=r,
+        )
+        self._recall_bytes = Counter(
+            f"{PREFIX}_recall_bytes",
+            "Bytes of compacted context the recall tool returned to the model.",
+            registry=r,
+        )
+        self._recall_rounds = Counter(
+            f"{PREFIX}_recall_rounds",
+            "Follow-up upstream rounds the gate made to answer recall calls.",
+            registry=r,
+        )
         self._kind = _LabelGuard()
         self._reinjected_kind = _LabelGuard()
         self._dropped_kind = _LabelGuard()
@@ -324,6 +340,18 @@ class Metrics:
         """Count ``n`` hallucinated bindings caught by the tripwire."""
         if n > 0:
             self._tripwire.inc(n)
+
+    def recall(self, outcome: str, nbytes: int = 0) -> None:
+        """Count one resolved recall call (``outcome`` is one of a fixed few) and the
+        bytes it returned."""
+        label = outcome if outcome in ("found", "not_found", "invalid", "budget") else "other"
+        self._recalls.labels(label).inc()
+        if nbytes > 0:
+            self._recall_bytes.inc(nbytes)
+
+    def recall_round(self) -> None:
+        """Count one follow-up upstream round asked for a recall."""
+        self._recall_rounds.inc()
 
     def analysis_error(self) -> None:
         """Count one error raised inside tracking or analysis."""

@@ -106,6 +106,49 @@ def _extract(snapshot: Snapshot, catalog: object | None) -> list[Identifier]:
     return list(extract_snapshot(snapshot, catalog if isinstance(catalog, Catalog) else None))
 
 
+def _quick(
+    before: Snapshot,
+    after: Snapshot,
+    lost_idx: set[int],
+    catalog: object | None,
+    obligation_rule: ObligationRule,
+) -> tuple[tuple[LostBinding, ...], int] | None:
+    """The lost region judged from its own messages, when that settles the verdict:
+    ``safe``, with the lost values that are not visible verbatim any more (none of them
+    required) and how many values survived, or ``None`` when the whole analysis is needed. It is settled when every
+    value the lost region holds is still visible verbatim in ``after`` (nothing dropped
+    or altered, whatever provenance would say), or when each one that is not is a value
+    no history makes required (:func:`~.identifiers.provenance.never_required`: a name
+    or noise with no machine-made part) and ``obligation_rule`` keeps none of them
+    required either. Only the lost messages are scanned; the request's text is read only
+    to look values up."""
+    from .identifiers.catalog import Catalog
+    from .identifiers.extract import extract_messages
+    from .identifiers.provenance import never_required
+    from .identifiers.steps import GATE_NOTE
+
+    cat = catalog if isinstance(catalog, Catalog) else Catalog.load_default()
+    lost = extract_messages(before, lost_idx, cat)
+    if not lost:
+        return (), 0
+    visible = VisibleText(after.visible_text())
+    gone = [i for i in lost if not visible.contains(i.value, case_insensitive=False)]
+    survived = len({i.norm for i in lost} - {i.norm for i in gone})
+    if not gone:
+        return (), survived
+    if any(not never_required(i, cat.binding_of) for i in gone):
+        return None
+    if any(GATE_NOTE in before.messages[i].text for i in lost_idx if 0 <= i < len(before.messages)):
+        return None  # the gate's own note: what it restates was judged required
+    # as provenance would judge them, whatever the history: regenerable; the rule (the
+    # policy's regenerability and obligation rules, the gate's protected values) decides
+    gone = [i if i.regenerable else dataclasses.replace(i, regenerable=True, why="3b") for i in gone]
+    if required_norms(obligation_rule(gone, before)) & {i.norm for i in gone}:
+        return None
+    d = diff_identifiers(gone, visible)
+    return d.dropped + d.altered, survived + d.survived
+
+
 def analyze(
     before: Snapshot,
     after: Snapshot,
@@ -118,13 +161,18 @@ def analyze(
     transition: Transition | None = None,
     lenient_last_reply: bool = True,
     token_counter: tuple[str, TokenCounter] | None = None,
+    quick_survival: bool = False,
 ) -> Analysis:
     """Judge the transition from history ``before`` to request ``after``.
 
     ``catalog`` is passed to the identifier layer; ``before_identifiers`` /
     ``after_identifiers`` skip extraction when the caller has them (cached per message);
     ``transition`` skips classification; ``token_counter`` is ``(name, count)`` for the
-    prose side of the density signal.
+    prose side of the density signal. ``quick_survival``: when every identifier of the
+    lost region is still visible verbatim, answer ``safe`` with quiet signals without
+    extracting (and judging) the rest of either history — the cost of an edit of the last
+    turn then follows the messages it changed; the verdict and the lost bindings are the
+    same as without it.
     """
     t = transition or classify(before, after, markers, lenient_last_reply=lenient_last_reply)
     sreq = detect_summarize_request(after, markers)
@@ -139,6 +187,13 @@ def analyze(
         # The old system prompt is part of what changed: its identifiers are diffed too
         # (the default obligation rule never requires them).
         lost_idx.add(SYSTEM_INDEX)
+    if quick_survival and before_identifiers is None:
+        quick = _quick(before, after, lost_idx, catalog, obligation_rule)
+        if quick is not None:
+            gone, survived = quick
+            dropped = tuple(b for b in gone if b.status == "dropped")
+            altered = tuple(b for b in gone if b.status != "dropped")
+            return Analysis("safe", t, agent, dropped, altered, survived, quiet_signals(), (), sreq)
 
     before_ids = list(before_identifiers) if before_identifiers is not None else _extract(before, catalog)
     after_ids = list(after_identifiers) if after_identifiers is not None else _extract(after, catalog)

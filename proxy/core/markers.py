@@ -265,24 +265,29 @@ def compile_markers(raw: Any, source: str = "<markers>", lines: Mapping[tuple[An
     )
 
 
+def _scalar(node: yaml.Node) -> Any:
+    """The Python value of a scalar node (its tag was resolved when it was composed)."""
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+
+
 def _node_to_python(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for k_node, v_node in node.value:
-            key = yaml.safe_load(yaml.serialize(k_node))
+            key = _scalar(k_node)
             lines[path + (key,)] = k_node.start_mark.line + 1
             out[key] = _node_to_python(v_node, path + (key,), lines)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_node_to_python(v, path + (i,), lines) for i, v in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
+    return _scalar(node)
 
 
 def parse_markers_yaml(text: str, source: str = "<markers>") -> Markers:
     """Parse YAML *text* (already read) and compile it. Errors name ``source:line``."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source

@@ -53,6 +53,8 @@ class Part:
     is_error: bool = False
     #: Hash of the payload for binary/opaque parts (the payload itself is not kept).
     payload_digest: str | None = None
+    #: The API's type of an opaque item (``compaction``, ``reasoning``, ``redacted_thinking`` …).
+    item_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,17 @@ def make_message(role: Role, parts: Iterable[Part], name: str | None = None) -> 
     """Build a message with its content digest (the only way messages should be built)."""
     ps = tuple(parts)
     return Message(role=role, parts=ps, name=name, digest=_digest_of(role, ps, name))
+
+
+#: Opaque items that are the API's own summary of the conversation before them (OpenAI
+#: Responses remote compaction, Anthropic context-management compaction): encrypted, so
+#: the gate cannot read them, but a summary all the same.
+OPAQUE_SUMMARIES = frozenset({"compaction"})
+
+
+def is_opaque_summary(m: Message) -> bool:
+    """Whether ``m`` is (only) an API-made summary of what came before it."""
+    return bool(m.parts) and all(p.kind == "opaque" and p.item_type in OPAQUE_SUMMARIES for p in m.parts)
 
 
 def text_message(role: Role, text: str) -> Message:
@@ -360,7 +373,7 @@ def _anthropic_blocks(content: Any) -> list[Part]:
         elif kind == "thinking":
             parts.append(Part("thinking", str(block.get("thinking", ""))))
         elif kind in ("redacted_thinking", "compaction", "container_upload"):
-            parts.append(Part("opaque", payload_digest=_payload_digest(block)))
+            parts.append(Part("opaque", payload_digest=_payload_digest(block), item_type=kind))
         else:  # image, document, search_result, ...
             parts.append(Part("binary", payload_digest=_payload_digest(block)))
     return parts
@@ -432,7 +445,8 @@ def _responses_item(item: Any) -> tuple[str, Message | None]:
         text = out if isinstance(out, str) else "\n".join(p.text for p in _openai_content_parts(out))
         return "msg", make_message("tool", (Part("tool_result", text, tool_call_id=item.get("call_id")),))
     # reasoning, compaction (encrypted), item_reference, web_search_call, ...: not visible as text
-    return "msg", make_message("assistant", (Part("opaque", payload_digest=_payload_digest(item)),))
+    opaque = Part("opaque", payload_digest=_payload_digest(item), item_type=str(kind))
+    return "msg", make_message("assistant", (opaque,))
 
 
 def from_openai_responses(body: Mapping[str, Any]) -> Snapshot:

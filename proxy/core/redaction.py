@@ -12,10 +12,15 @@ text at C speed); only a text in which one of them matches is scanned with the w
 catalog, so that overlap resolution is exactly the gate's (a higher-priority binding
 that contains a secret-looking token stays a binding; a locator holding a secret is
 redacted whole).
+
+Redaction errs on the side of hiding: a value in a secret's format is redacted even when
+it looks like a documentation placeholder (``ghp_`` + a counting sequence, ``sk-…abcdef…``)
+— the analysis may ignore such a value as a binding, but the at-rest copy never shows it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from functools import lru_cache
 
@@ -31,12 +36,26 @@ def placeholder(kind: str) -> str:
 
 
 @lru_cache(maxsize=16)
+def _for_redaction(catalog: Catalog) -> Catalog:
+    """``catalog`` with its sensitive rules unfiltered (no placeholder / word / … filter)."""
+    unfiltered = dataclasses.replace
+    rules = tuple(
+        # (``raw`` differs so that the catalog's fingerprint, an extraction cache key, does)
+        unfiltered(r, filters=(), filter_names=(), filter_rx=None, filter_fns=(), raw=r.raw + "\n#unfiltered")
+        if r.sensitive
+        else r
+        for r in catalog.rules
+    )
+    return Catalog(rules, catalog.allowlist)
+
+
+@lru_cache(maxsize=16)
 def _sensitive_only(catalog: Catalog) -> Catalog:
-    return Catalog(tuple(r for r in catalog.rules if r.sensitive), catalog.allowlist)
+    return Catalog(tuple(r for r in _for_redaction(catalog).rules if r.sensitive), catalog.allowlist)
 
 
 def sensitive_only(catalog: Catalog | None = None) -> Catalog:
-    """The sensitive rules of ``catalog`` (default: the shipped detectors)."""
+    """The sensitive rules of ``catalog`` (default: the shipped detectors), unfiltered."""
     return _sensitive_only(catalog or Catalog.load_default())
 
 
@@ -51,7 +70,8 @@ OVERLAP = 1 << 15
 def _window_spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
     if not text or not scan_text(text, sensitive_only(catalog)):
         return []
-    return [(m.start, m.end, m.kind, m.value) for m in scan_text(text, catalog) if m.sensitive]
+    full = _for_redaction(catalog)
+    return [(m.start, m.end, m.kind, m.value) for m in scan_text(text, full) if m.sensitive]
 
 
 def _spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:

@@ -159,6 +159,24 @@ def _sse_data(raw_event: bytes) -> tuple[str | None, str | None]:
     return name, ("\n".join(data) if data else None)
 
 
+def anthropic_blocks(blocks: Mapping[int, dict[str, Any]], *, keep_cut_input: bool) -> list[dict[str, Any]]:
+    """The content blocks of a streamed Anthropic message, by index: each block as it
+    started, its streamed ``input_json_delta`` parts (held under ``_json``) parsed into
+    ``input``. Input that is not JSON (cut short) stays its raw text with
+    ``keep_cut_input``, else becomes ``{}``."""
+    out: list[dict[str, Any]] = []
+    for _, block in sorted(blocks.items()):
+        b = {k: v for k, v in block.items() if k != "_json"}
+        if block.get("_json"):
+            text = "".join(block["_json"])
+            try:
+                b["input"] = json.loads(text) if text.strip() else {}
+            except ValueError:
+                b["input"] = text if keep_cut_input else {}
+        out.append(b)
+    return out
+
+
 class StreamAssembler:
     """Incrementally rebuilds the reply from the SSE events of one streamed response.
 
@@ -269,17 +287,7 @@ class StreamAssembler:
             self.done = True
 
     def _anthropic_content(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for _, block in sorted(self._blocks.items()):
-            b = {k: v for k, v in block.items() if k != "_json"}
-            if block.get("_json"):
-                text = "".join(block["_json"])
-                try:
-                    b["input"] = json.loads(text) if text.strip() else {}
-                except ValueError:
-                    b["input"] = text  # cut short: keep the raw text
-            out.append(b)
-        return out
+        return anthropic_blocks(self._blocks, keep_cut_input=True)
 
     # -- Responses
 

@@ -36,7 +36,7 @@ from difflib import SequenceMatcher
 from typing import Literal
 
 from .markers import NO_MARKERS, Markers, fold
-from .messages import Message, Part, Snapshot
+from .messages import Message, Part, Snapshot, is_opaque_summary
 from .prefix import common_prefix
 from .volatile import stable_system
 
@@ -216,6 +216,29 @@ def looks_like_summary(candidate: str, lost_text: str, markers: Markers = NO_MAR
     return frac >= 0.5 or (shared >= 8 and frac >= 0.15) or (says_summary and shared >= 3)
 
 
+def last_turn_start(messages: Sequence[Message]) -> int:
+    """Where the history's last turn begins: its trailing assistant message(s) — the
+    reply — and the user message they answer, if it directly precedes them. (In an
+    agent loop driven by tool results the last turn is the reply alone.)"""
+    i = len(messages) - 1
+    while i >= 0 and messages[i].role == "assistant":
+        i -= 1
+    if i >= 0 and messages[i].role == "user" and i < len(messages) - 1:
+        return i
+    return i + 1
+
+
+def within_last_turn(t: Transition, before: Snapshot) -> bool:
+    """Whether the transition changed nothing but ``before``'s last turn (see
+    :func:`last_turn_start`): an edited or regenerated last turn, a reply the client
+    replaced with its own message, a fork of the last turn — not a compaction of the
+    history, whatever its kind. The system prompt and the rest are unchanged."""
+    lost = t.lost_region
+    if not lost or t.system_changed:
+        return False
+    return lost[0] >= last_turn_start(before.messages)
+
+
 # --------------------------------------------------------------------------- classify
 
 
@@ -309,8 +332,22 @@ def _gaps(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> lis
     return gaps
 
 
+#: ``_content_key`` by message digest: histories are resent, their messages' keys are not
+#: recomputed on every request that is not an append (bounded, oldest out first).
+_KEYS: dict[str, tuple[str, str]] = {}
+_MAX_KEYS = 1 << 16
+
+
 def _content_key(m: Message) -> tuple[str, str]:
-    return m.role, " ".join(m.text.split())
+    """Role and text up to whitespace."""
+    if not m.digest:
+        return m.role, " ".join(m.text.split())
+    key = _KEYS.get(m.digest)
+    if key is None:
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.pop(next(iter(_KEYS), ""), None)
+        key = _KEYS[m.digest] = (m.role, " ".join(m.text.split()))
+    return key
 
 
 def _only_moved(
@@ -326,18 +363,23 @@ def _only_moved(
     if not lost_idx or agent is not None:
         return None
     present = {_content_key(m) for m in new_msgs}
-    old_keys = {_content_key(m) for m in old_msgs}
-    # a re-rendered twin is a new message: one that was already in the history (another
-    # pasted `I ran this command:` output, say) re-renders nothing
-    fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
-    heads = {_head_key(m) for m in fresh}
+    fresh: list[Message] | None = None
+    heads: set[tuple[str, str]] = set()
     for i in lost_idx:
         if not 0 <= i < len(old_msgs):
             continue
         m = old_msgs[i]
         if _content_key(m) in present:
             continue
-        if m.tool_results or m.tool_calls or _head_key(m) not in heads:
+        if m.tool_results or m.tool_calls:
+            return None
+        if fresh is None:
+            # a re-rendered twin is a new message: one that was already in the history
+            # (another pasted `I ran this command:` output, say) re-renders nothing
+            old_keys = {_content_key(x) for x in old_msgs}
+            fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
+            heads = {_head_key(x) for x in fresh}
+        if _head_key(m) not in heads:
             return None
         # a setup message re-rendered with fresh content (aider's "I have *added these
         # files to the chat*" carries the files as they are now): the same message, still
@@ -434,6 +476,8 @@ def _classify_general(
         if a:
             note_agent(a, "continuation")
             summary.append(j)
+        elif is_opaque_summary(m) and lost_idx:
+            summary.append(j)  # the API's own (encrypted) summary of the lost messages
         elif slot == "replacing" and pos in ("leading", "middle"):
             summary.append(j)  # structural: a span replaced by new message(s), kept ones after
         elif lost_text and looks_like_summary(m.text, lost_text, markers):

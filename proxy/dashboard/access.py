@@ -23,12 +23,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+
+from ..server.errors import gate_error
 
 __all__ = [
     "ADMIN_COOKIE",
@@ -81,13 +82,11 @@ def _same(a: str, b: str) -> bool:
 
 
 def _error(status: int, message: str) -> web.Response:
-    body = {"error": {"message": message, "type": "gate_access_denied"}}
-    return web.Response(
-        status=status,
-        text=json.dumps(body),
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )
+    """The refusal as every other error the proxy itself answers: ``{"error": {…}}`` with a
+    code, and ``x-compaction-gate-error`` (so it is never taken for upstream's)."""
+    resp = gate_error(status, message, "gate_access_denied")
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
 
 
 def check_access(request: web.Request, admin_key: str | None) -> web.StreamResponse | None:

@@ -13,7 +13,7 @@ sends the bindings itself (the repair is sticky).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,13 +21,15 @@ from ..core.analysis import Analysis, analyze
 from ..core.diff import SourceRef
 from ..core.identifiers.model import Identifier
 from ..core.interventions.bindings import Binding
-from ..core.interventions.placement import raw_index
+from ..core.interventions.placement import insert_note, raw_index
+from ..core.interventions.recall import RecallHandle
 from ..core.interventions.reinject import reinject
 from ..core.interventions.reject import rejection_message
-from ..core.interventions.spill import render_region, spill_note
+from ..core.interventions.spill import recall_note, render_region, spill_note
 from ..core.markers import Markers, fold
 from ..core.messages import Snapshot
 from ..core.signals import Obligation
+from ..core.transition import within_last_turn
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
@@ -35,13 +37,28 @@ from .identifiers import extract, lost_binding
 from .request import GateRequest
 from .spill import ANONYMOUS, SpillStore
 
+#: ``(conversation id, index of the region's first message) -> (first seen, last seen)``
+#: in epoch seconds (``None`` when unknown): when the region's messages were on the wire.
+SpanOf = Callable[[str, int], "tuple[float | None, float | None]"]
+
 
 @dataclass(frozen=True)
 class SpillTarget:
-    """Where ``spill`` stores lost regions, and the public path prefix of a handle."""
+    """Where ``spill`` stores lost regions, the public path prefix of a handle, and how to
+    date a region (for the recall tool's description)."""
 
     store: SpillStore
     path: str
+    span: SpanOf | None = None
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """A region stored by ``spill``: the note pointing at it (``GET`` URL) and the
+    handle as the recall tool describes it."""
+
+    note: str
+    handle: RecallHandle
 
 
 @dataclass(frozen=True)
@@ -84,7 +101,12 @@ def analyze_request(
     if st is not None and st.protected:
         rule = ProtectedObligations(base, frozenset(b.value for b in st.protected))
     return analyze(
-        previous, req.obs.current, markers=markers, catalog=req.catalog, obligation_rule=rule
+        previous,
+        req.obs.current,
+        markers=markers,
+        catalog=req.catalog,
+        obligation_rule=rule,
+        quick_survival=True,
     )
 
 
@@ -152,20 +174,23 @@ def index_of_digest(current: Snapshot, digest: str | None) -> int | None:
 
 
 def spill_lost_region(
-    req: GateRequest, analysis: Analysis, bindings: Sequence[Binding], target: SpillTarget
-) -> str | None:
+    req: GateRequest, analysis: Analysis, bindings: Sequence[Binding], target: SpillTarget,
+    described: Sequence[tuple[str, str]] | None = None,
+) -> Spilled | None:
     """Store the region the compaction removed under a tenant-scoped handle and return the
-    note that points the model at it; ``None`` for an anonymous tenant (nobody could read
-    it back). The store redacts every secret of the region with the gate's own detectors
+    note that points the model at it, and the handle as the recall tool describes it
+    (with ``described`` as its identifiers, else ``bindings``); ``None`` for an anonymous
+    tenant (nobody could read it back) or an empty region. The store redacts every secret of the region with the gate's own detectors
     (the policy's catalog) before storing, even for their tenant: a spill never holds a
     secret (a required one makes the action ``reject`` instead, see
     :func:`respond_to_compaction`)."""
     ex, prev, policy = req.ex, req.obs.previous, req.policy
     if not ex.tenant or ex.tenant == ANONYMOUS or prev is None:
         return None
-    text = render_region(
-        [prev.messages[i] for i in analysis.lost_region if 0 <= i < len(prev.messages)]
-    )
+    region = [i for i in analysis.lost_region if 0 <= i < len(prev.messages)]
+    if not region:
+        return None
+    text = render_region([prev.messages[i] for i in region])
     rec = target.store.put(
         ex.tenant,
         req.cid,
@@ -176,7 +201,12 @@ def spill_lost_region(
         catalog=req.catalog,
     )
     listed = bindings if policy.spill_list_bindings else ()
-    return spill_note(rec.handle, listed, url_path=target.path + rec.handle)
+    since, until = target.span(req.cid, region[0]) if target.span is not None else (None, None)
+    pairs = described if described is not None else [(b.value, b.kind) for b in bindings if not b.sensitive]
+    handle = RecallHandle(
+        rec.handle, len(region), region[0], region[-1], since, until, tuple(dict.fromkeys(pairs)), rec.expires
+    )
+    return Spilled(spill_note(rec.handle, listed, url_path=target.path + rec.handle), handle)
 
 
 def _lost_bindings(req: GateRequest, analysis: Analysis) -> list[Binding]:
@@ -199,17 +229,22 @@ def _visible_secret_norms(req: GateRequest, current: Snapshot) -> frozenset[str]
     return frozenset(i.norm for i in extract(current, req.catalog) if i.sensitive)
 
 
+@dataclass(frozen=True)
+class Responded:
+    """The request's action so far (``none`` when there is nothing to say) and, for a
+    safe compaction spilled under ``safe: spill``, the note pointing at the handle (what
+    the request gets when the recall tool cannot be offered)."""
+
+    action: str
+    safe_note: str | None = None
+
+
 def respond_to_compaction(
-    req: GateRequest,
-    st: ConversationState,
-    analysis: Analysis | None,
-    spill: SpillTarget,
-    markers: Markers,
-) -> str:
-    """Apply the scoped action to the verdict (see the module docstring); returns the
-    request's action so far (``none`` when there is nothing to say)."""
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, spill: SpillTarget, markers: Markers
+) -> Responded:
+    """Apply the scoped action to the verdict (see the module docstring)."""
     if analysis is None:
-        return "none"
+        return Responded("none")
     eff, current = req.effective, req.obs.current
     if analysis.transition.kind == "reset":
         st.pending, st.armed, st.tripwire_request = None, 0, None
@@ -230,9 +265,12 @@ def respond_to_compaction(
         anchor_part = _text_key(summary_part(current, anchor, markers))
         footer = None
         if action == "spill":
-            footer = spill_lost_region(req, analysis, bindings, spill)
-            if footer is None:  # anonymous tenant: nobody could read it back
+            spilled = spill_lost_region(req, analysis, bindings, spill)
+            if spilled is None:  # anonymous tenant: nobody could read it back
                 action = "reinject"
+            else:
+                footer = spilled.note
+                st.add_recall(spilled.handle)
         # arm the tripwire
         sig = analysis.signals.next_action
         st.armed = req.policy.tripwire_window
@@ -241,7 +279,8 @@ def respond_to_compaction(
         st.known_norms = set(sig.known_norms)
         st.tripwire_request = None
         if action in ("reinject", "spill", "reject"):
-            new = Pending(action, bindings, anchor_digest, footer, anchor_part)
+            handle = st.recall[-1].handle if action == "spill" and st.recall else None
+            new = Pending(action, bindings, anchor_digest, footer, anchor_part, handle)
             summarized = bool(analysis.transition.summary or analysis.transition.inserted)
             st.pending = new if summarized else _extended(st.pending, new)
         known = {b.value for b in st.lost}
@@ -259,38 +298,52 @@ def respond_to_compaction(
             scopes=list(eff.scopes),
             message=f"{analysis.transition.kind} dropped {len(analysis.required_missing)} required binding(s)",
         )
-        return action
-    if analysis.transition.kind != "append" and not _still_pending(req, st):
+        return Responded(action)
+    previous = req.obs.previous
+    last_turn = previous is not None and within_last_turn(analysis.transition, previous)
+    # an edited, regenerated or replaced last turn that lost nothing required is an
+    # ordinary turn: tracked (the timeline has its kind), not a compaction event
+    if analysis.transition.kind != "append" and not last_turn and not _still_pending(req, st):
         # (a request the pending repair still answers — a refused request resent with other
         # tools, say — is judged by that repair, not logged "safe")
+        safe = eff.safe
+        spilled = None
+        if safe == "spill":
+            dropped = [(b.value, b.kind) for b in analysis.dropped + analysis.altered if not b.sensitive]
+            spilled = spill_lost_region(req, analysis, [], spill, dropped)
+            if spilled is None:
+                safe = "allow"  # nothing removed, or nobody could read it back
+            else:
+                st.add_recall(spilled.handle)
         req.record(
             "compaction",
-            "warn" if eff.safe == "warn" else "none",
+            safe if safe in ("warn", "spill") else "none",
             verdict=analysis.verdict,
             transition=analysis.transition.kind,
             agent=analysis.agent,
             dropped=[b.to_json() for b in analysis.dropped],
             signals=analysis.signals.to_json(),
-            message=f"{analysis.transition.kind}: every required binding survived",
+            message=f"{analysis.transition.kind}: every required binding survived"
+            + (f"; the removed region was spilled under {spilled.handle.handle}" if spilled is not None else ""),
         )
-        if eff.safe == "warn":
-            return "warn"
-    return "none"
+        if safe in ("warn", "spill"):
+            return Responded(safe, spilled.note if spilled is not None else None)
+    return Responded("none")
 
 
 def _extended(earlier: Pending | None, new: Pending) -> Pending:
     """The conversation's repair after a lossy transition that brings no summary of its
     own (a regenerated or edited turn after the compaction): it extends the earlier
     repair — the note stays where it was, right after the summary, byte-stable, and a
-    binding the note already restores keeps its original source. (A new summary replaces
-    the repair instead.)"""
+    binding the note already restores keeps its original source; a new spill's note and
+    its handle replace the earlier ones together (the note names the handle). (A new
+    summary replaces the repair instead.)"""
     if earlier is None:
         return new
     known = {b.value for b in earlier.bindings}
     bindings = list(earlier.bindings) + [b for b in new.bindings if b.value not in known]
-    return replace(
-        earlier, action=new.action, bindings=bindings, footer=new.footer or earlier.footer
-    )
+    footer, handle = (new.footer, new.handle) if new.footer else (earlier.footer, earlier.handle)
+    return replace(earlier, action=new.action, bindings=bindings, footer=footer, handle=handle)
 
 
 def _still_pending(req: GateRequest, st: ConversationState) -> bool:
@@ -304,18 +357,23 @@ def _still_pending(req: GateRequest, st: ConversationState) -> bool:
 
 
 def repair(
-    req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str
+    req: GateRequest, st: ConversationState, analysis: Analysis | None, action: str, recall_tool: str | None = None
 ) -> Repair:
     """Apply the conversation's pending repair to this request, if the request still
     lacks one of its (non-secret) bindings; a request that has them all ends it (and
-    what the conversation lost is forgotten once the client sends it back)."""
+    what the conversation lost is forgotten once the client sends it back). A ``spill``
+    repair is the spill note alone (listing the bindings per ``spill.list_bindings``):
+    it names the recall tool when this request is offered it (``recall_tool``), else
+    the handle's ``GET`` URL."""
     current, policy = req.obs.current, req.policy
+    p = st.pending
+    if not st.lost and p is None:
+        return Repair(action)  # nothing to look for: the history's text is not read
     visible = current.visible_text()
     if st.lost:
         st.lost = [b for b in st.lost if b.sensitive or b.value not in visible]
         if not [b for b in st.lost if not b.sensitive]:
             st.lost = []
-    p = st.pending
     if p is None:
         return Repair(action)
     secrets_back = (
@@ -343,6 +401,8 @@ def repair(
         )
     anchor = index_of_digest(current, p.anchor_digest)
     raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
+    if p.action == "spill" and p.footer is not None:
+        return _spill_repair(req, p, still, analysis, action, recall_tool, raw_anchor, part_with_key(current, anchor, p.anchor_part))
     res = reinject(
         req.dialect,
         req.body,
@@ -376,3 +436,48 @@ def repair(
             message=f"re-injected {len(reinjected)} binding(s) verbatim after the summary",
         )
     return Repair(action, body=res.body)
+
+
+def _spill_repair(
+    req: GateRequest,
+    p: Pending,
+    still: list[Binding],
+    analysis: Analysis | None,
+    action: str,
+    recall_tool: str | None,
+    anchor: int | None,
+    after_text: str | None,
+) -> Repair:
+    listed = [b for b in still if not b.sensitive] if req.policy.spill_list_bindings else []
+    note = recall_note(p.handle, listed, tool=recall_tool) if recall_tool and p.handle else p.footer
+    assert note is not None
+    body, _ = insert_note(req.dialect, req.body, note, anchor=anchor, role=req.policy.reinject_role, after_text=after_text)
+    sticky = analysis is None or not analysis.destructive
+    req.record(
+        "reinject_sticky" if sticky else "reinject",
+        "spill",
+        reinjected=[{"value": b.value, "kind": b.kind, "where": b.source} for b in listed],
+        handle=p.handle,
+        recall_tool=recall_tool,
+        message=("repeated the spill note of an earlier compaction" if sticky else "pointed the model at the spilled region")
+        + (f" (recall tool {recall_tool})" if recall_tool else ""),
+    )
+    return Repair("spill" if action == "none" else action, body=body)
+
+
+def add_note(req: GateRequest, analysis: Analysis, note: str, markers: Markers) -> dict[str, Any]:
+    """The request's body with ``note`` right after the summary (or where the removed
+    region used to be): the fallback when a ``safe: spill`` region cannot be offered
+    through the recall tool."""
+    current = req.obs.current
+    anchor = summary_anchor(analysis)
+    raw_anchor = raw_index(req.dialect, req.body, anchor) if anchor is not None else None
+    body, _ = insert_note(
+        req.dialect,
+        req.body,
+        note,
+        anchor=raw_anchor,
+        role=req.policy.reinject_role,
+        after_text=summary_part(current, anchor, markers),
+    )
+    return body

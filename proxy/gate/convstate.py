@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.interventions.bindings import Binding
+from ..core.interventions.recall import RecallHandle
 
 #: The actions whose repair is repeated on the conversation's later requests.
 StickyAction = Literal["reinject", "spill", "reject"]
 
 #: Known identifier norms kept per conversation for the tripwire (the most recent).
 MAX_KNOWN_NORMS = 20_000
+#: Spill handles the recall tool offers per conversation (the most recent).
+MAX_RECALL_HANDLES = 8
 
 
 @dataclass
@@ -41,6 +44,9 @@ class Pending:
     footer: str | None = None
     #: key of the summary's own part within the anchor message (the note follows it)
     anchor_part: str | None = None
+    #: ``spill``: the handle of the stored region (the note names the recall tool when the
+    #: request is offered it)
+    handle: str | None = None
 
 
 @dataclass
@@ -63,13 +69,27 @@ class ConversationState:
     #: section), so a re-summary of a summary cannot drop them unnoticed
     protected: list[Binding] = field(default_factory=list)
     tripwire_request: str | None = None
+    #: the spilled regions the recall tool offers (most recent last), and what the
+    #: conversation has used of its recall budget
+    recall: list[RecallHandle] = field(default_factory=list)
+    recall_rounds: int = 0
+    recall_bytes: int = 0
+
+    def add_recall(self, handle: RecallHandle) -> None:
+        self.recall = [h for h in self.recall if h.handle != handle.handle][-(MAX_RECALL_HANDLES - 1):] + [handle]
 
     def protect(self, bindings: Sequence[Binding]) -> None:
         have = {b.value for b in self.protected}
         self.protected += [b for b in bindings if not b.sensitive and b.value not in have]
 
     def is_empty(self) -> bool:
-        return self.pending is None and self.armed <= 0 and not self.lost and not self.protected
+        return (
+            self.pending is None
+            and self.armed <= 0
+            and not self.lost
+            and not self.protected
+            and not self.recall
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (no secret in clear: sensitive bindings carry their redacted
@@ -84,6 +104,7 @@ class ConversationState:
                 "anchor_digest": p.anchor_digest,
                 "footer": p.footer,
                 "anchor_part": p.anchor_part,
+                "handle": p.handle,
             },
             "armed": self.armed,
             "dropped_kinds": sorted(self.dropped_kinds),
@@ -92,6 +113,9 @@ class ConversationState:
             "lost": [_binding_dict(b) for b in self.lost],
             "protected": [_binding_dict(b) for b in self.protected],
             "tripwire_request": self.tripwire_request,
+            "recall": [h.to_dict() for h in self.recall],
+            "recall_rounds": self.recall_rounds,
+            "recall_bytes": self.recall_bytes,
         }
 
     @classmethod
@@ -105,6 +129,7 @@ class ConversationState:
                 p.get("anchor_digest"),
                 p.get("footer"),
                 p.get("anchor_part"),
+                p.get("handle"),
             )
         return cls(
             pending=pending,
@@ -115,6 +140,9 @@ class ConversationState:
             lost=[_binding_of(b) for b in d.get("lost") or ()],
             protected=[_binding_of(b) for b in d.get("protected") or ()],
             tripwire_request=d.get("tripwire_request") if isinstance(d.get("tripwire_request"), str) else None,
+            recall=[RecallHandle.from_dict(h) for h in d.get("recall") or ()],
+            recall_rounds=int(d.get("recall_rounds") or 0),
+            recall_bytes=int(d.get("recall_bytes") or 0),
         )
 
 

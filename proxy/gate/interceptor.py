@@ -12,7 +12,9 @@ Per request of a conversational API (OpenAI chat, Responses, Anthropic messages)
    rule. A destructive verdict gets the scoped action: ``allow``/``warn`` forward
    untouched, ``reinject`` adds the dropped bindings after the summary, ``reject``
    answers 400 naming them, ``spill`` stores the lost region under a tenant-scoped handle
-   and points the model at it. The repair is **sticky**: the client keeps sending its
+   and points the model at it (``safe: spill`` does so for every compaction). While a
+   handle lives, requests are offered the recall tool and its calls are resolved by the
+   gate over follow-up rounds (``Decision.rounds``) — :mod:`proxy.gate.recall`. The repair is **sticky**: the client keeps sending its
    compacted history, so later requests of the conversation get the same note (or the
    same rejection) until the bindings appear in what the client itself sends —
    :mod:`proxy.gate.compaction`.
@@ -53,11 +55,19 @@ from ..policy.detectors import policy_catalog
 from ..policy.loader import markers_path
 from ..server.hooks import Decision, Exchange, Reject, ResponseTap
 from ..state.protocol import StateUnavailable
-from .compaction import SpillTarget, analyze_request, repair, respond_to_compaction
+from .compaction import SpillTarget, add_note, analyze_request, repair, respond_to_compaction
 from .convstate import ConversationStates
 from .events import EventLog
 from .observation import Observation
 from .outage import Outage
+from .recall import (
+    H_RECALL,
+    RecallPlan,
+    RecallRounds,
+    ResponseAliases,
+    plan_recall,
+    with_recall_tool,
+)
 from .recording import DecisionRecorder
 from .request import GATED_KINDS, GateRequest
 from .spill import SpillStore
@@ -128,6 +138,7 @@ class GateInterceptor:
             self.config.max_conversations, load=tracker.gate_state, save=tracker.save_gate_state, version=tracker.version
         )
         self._markers: dict[str, Markers] = {}
+        self._aliases = ResponseAliases()
         #: Start-up work the first requests wait for (the catalogue; see
         #: :func:`proxy.gate.wiring.install_gate`), ``None`` when there is none.
         self.warming: asyncio.Future[None] | None = None
@@ -224,6 +235,7 @@ class GateInterceptor:
             reject=decision.reject,
             headers=decision.headers,
             tap=tap,
+            rounds=decision.rounds,
         )
 
     def _failed(
@@ -294,11 +306,28 @@ class GateInterceptor:
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)
-        action = respond_to_compaction(req, st, analysis, SpillTarget(self.spill, self.config.spill_path), markers)
-        fixed = repair(req, st, analysis, action)
+        target = SpillTarget(self.spill, self.config.spill_path, self.tracker.seen_span)
+        responded = respond_to_compaction(req, st, analysis, target, markers)
+        plan = plan_recall(req, st)
+        offered = plan if isinstance(plan, RecallPlan) else None
+        noted = responded.safe_note is not None or (st.pending is not None and st.pending.action == "spill")
+        if isinstance(plan, str) and noted:
+            req.record("recall_fallback", "spill", reason=plan, message=f"recall tool not offered ({plan}): the spill note instead")
+        fixed = repair(req, st, analysis, responded.action, offered.name if offered is not None else None)
         tap = arm_tripwire(req, st)
+        if fixed.reject is not None:
+            self._states.save(req.cid)
+            return Decision(action=fixed.action, reject=fixed.reject, headers={}, tap=tap)
+        out = fixed.body
+        if responded.safe_note is not None and offered is None and analysis is not None:
+            out = add_note(req, analysis, responded.safe_note, markers)
+        out = self._aliases.resolve(req, out if out is not None else req.body) or out
+        action, rounds, headers = fixed.action, None, {}
+        if offered is not None:
+            out = with_recall_tool(req, out if out is not None else req.body, offered)
+            rounds = RecallRounds(req, st, lambda: self._states.save(req.cid), self.spill, offered, out, self._aliases)
+            headers = {H_RECALL: offered.name}
+            action = "spill" if action == "none" else action
         self._states.save(req.cid)
-        body = json.dumps(fixed.body, ensure_ascii=False).encode() if fixed.body is not None else None
-        return Decision(
-            action=fixed.action, body=body if fixed.reject is None else None, reject=fixed.reject, headers={}, tap=tap
-        )
+        body = json.dumps(out, ensure_ascii=False).encode() if out is not None else None
+        return Decision(action=action, body=body, headers=headers, tap=tap, rounds=rounds)

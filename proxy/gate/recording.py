@@ -50,7 +50,7 @@ def log_decision(ex: Exchange, cid: str | None, kind: str, action: str, details:
         "tenant": ex.tenant,
         "route": ex.path,
     }
-    for key in ("verdict", "transition", "agent", "policy", "stage", "error"):
+    for key in ("verdict", "transition", "agent", "policy", "stage", "error", "outcome", "round", "bytes"):
         if details.get(key) is not None:
             fields[key] = details[key]
     if required:
@@ -84,6 +84,10 @@ def count_metrics(metrics: Metrics, kind: str, action: str, details: Mapping[str
         metrics.tripwire_hit(len(details.get("hallucinated") or ()) or 1)
     elif kind == "gate_error":
         metrics.analysis_error()
+    elif kind == "recall":
+        metrics.recall(str(details.get("outcome") or ""), int(details.get("bytes") or 0))
+    elif kind == "recall_round":
+        metrics.recall_round()
 
 
 class DecisionRecorder:

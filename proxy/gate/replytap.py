@@ -26,7 +26,7 @@ class ReplySink(Protocol):
     @property
     def shared(self) -> bool: ...
 
-    def later(self, fn: Callable[[], None]) -> None: ...
+    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None: ...
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None: ...
 
@@ -72,7 +72,7 @@ class TrackingTap:
             tracker.record_reply(obs, got, got_status)
 
         try:
-            tracker.later(record)
+            tracker.later(record, obs.conversation_id)
         except Exception:  # observing must never break the response
             log.exception("tracker: could not record reply")
 

@@ -23,10 +23,9 @@ Reading: :meth:`SpillStore.get` answers from memory and storage it can read with
 waiting (the SQLite file); :meth:`SpillStore.aget` also asks storage that must be awaited
 (Redis) — the HTTP route uses it, and so should any other reader running on the loop.
 
-Not done: the optional ``recall_context`` tool (the proxy advertising a tool and resolving
-its calls itself, re-calling upstream) is not implemented. The spill note tells the model
-and the operator the handle and the ``GET /gate/spill/{handle}`` URL; an agent needs a
-way to fetch it (a generic HTTP tool, or its operator).
+Read back two ways: by the model, through the recall tool the gate offers and resolves
+itself (:mod:`proxy.gate.recall`, with :meth:`SpillStore.get` — the same tenant check),
+and by an operator or an HTTP tool at ``GET /gate/spill/{handle}``.
 """
 
 from __future__ import annotations

@@ -77,6 +77,10 @@ log = logging.getLogger(__name__)
 _SHORT_REQUEST = 3
 #: Matching attempts of one request (each after waiting for a hydration or a commit).
 MAX_MATCHES = 8
+#: New messages from which a request's token counting starts at once in a worker thread
+#: (a long history seen for the first time): its reply is recorded once the thread is
+#: done, so the event loop does not count them (unless someone needs them sooner).
+FIRST_SIGHT_MESSAGES = 200
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,10 @@ class Tracker(ReplicaSync):
         self._pending: dict[str, PendingCount] = {}
         #: bookkeeping waiting for a quiet event loop (see :meth:`later`)
         self._later: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
+        #: per conversation, the worker thread counting its first-seen history, and the
+        #: bookkeeping waiting for it (see :meth:`later`)
+        self._counting: dict[str, asyncio.Future[Any]] = {}
+        self._waiting: list[Callable[[], None]] = []
         self._started = False
         #: The tokenizer/markers preload started by :meth:`start` (awaited by the first
         #: requests instead of by the start-up, so the server listens at once).
@@ -199,7 +207,7 @@ class Tracker(ReplicaSync):
     def settle_all(self) -> None:
         """Record every waiting reply and settle every pending accounting (readers,
         flush and shutdown call this)."""
-        self._later.drain()
+        self._drain()
         for cid in list(self._pending):
             self._settle(cid)
 
@@ -207,7 +215,7 @@ class Tracker(ReplicaSync):
 
     def get(self, conversation_id: str) -> ConversationRecord | None:
         """A conversation, its replies recorded and its accounting settled."""
-        self._later.drain()
+        self._drain()
         self._settle(conversation_id)
         return self._recs.get(conversation_id)
 
@@ -237,7 +245,7 @@ class Tracker(ReplicaSync):
 
     async def history(self, conversation_id: str) -> Snapshot | None:
         """The conversation's current history (loaded from the store if cold)."""
-        self._later.drain()
+        self._drain()
         hot = self._hot.get(conversation_id)
         if hot is not None:
             return hot.snapshot
@@ -302,6 +310,21 @@ class Tracker(ReplicaSync):
         rec.gate_state = state
         self._w.conversation(rec)
 
+    def seen_span(self, conversation_id: str, first_index: int) -> tuple[float | None, float | None]:
+        """When the messages from ``first_index`` of the conversation's previous history
+        were on the wire: the earliest of its latest run of requests that held that
+        message, and its last request before the current one (``None`` when unknown)."""
+        rec = self._recs.get(conversation_id)
+        if rec is None or len(rec.timeline) < 2:
+            return None, None
+        earlier = rec.timeline[:-1]  # the last entry is the request being judged
+        since: float | None = None
+        for e in reversed(earlier):
+            if e.messages + e.reply_messages <= first_index:
+                break
+            since = e.at
+        return since, earlier[-1].at
+
     def set_transition(self, conversation_id: str, seq: int, transition: str) -> None:
         """Refine the transition kind of one timeline entry (e.g. ``summarize``,
         ``truncate``, ``mask``) once the policy layer classified it."""
@@ -331,7 +354,7 @@ class Tracker(ReplicaSync):
         if not self.tracks(ex):
             return None
         await self.ready()
-        self._later.drain()  # the previous reply is part of what this request extends
+        self._drain()  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
         api = ex.kind
@@ -493,6 +516,8 @@ class Tracker(ReplicaSync):
             if self._replica is not None:  # committed with the request, counted later
                 self._w.timeline(rec, entry)
                 self._w.conversation(rec)
+            if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
+                self._count_first_sight(cid, model, new_msgs)
         else:
             self._account(rec, pending)
         self._evict(now)
@@ -521,12 +546,45 @@ class Tracker(ReplicaSync):
 
     # ------------------------------------------------------------------ replies
 
-    def later(self, fn: Callable[[], None]) -> None:
+    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None:
         """Run ``fn`` — bookkeeping that updates this tracker, such as recording a reply
         — once the event loop is quiet (see :mod:`proxy.gate.quiet`): after the other
         requests of a burst, at the latest before the next request is observed or
-        anything is read."""
-        self._later.push(fn)
+        anything is read. While a worker thread still counts the first-seen history of
+        ``conversation_id``, ``fn`` waits for it too (then it finds the counts made)."""
+        fut = self._counting.get(conversation_id) if conversation_id else None
+        if fut is None or fut.done():
+            self._later.push(fn)
+            return
+        self._waiting.append(fn)
+
+        def ready(_: asyncio.Future[Any]) -> None:
+            if fn in self._waiting:  # not run by an earlier drain
+                self._waiting.remove(fn)
+                self._later.push(fn)
+
+        fut.add_done_callback(ready)
+
+    def _count_first_sight(self, cid: str, model: str | None, msgs: tuple[Message, ...]) -> None:
+        """Count a first-seen history's messages in a worker thread (tiktoken releases
+        the GIL); the conversation's reply is recorded once it is done (:meth:`later`)."""
+        fut = in_daemon_thread(self.accounting.count_messages, model, msgs)
+        self._counting[cid] = fut
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if self._counting.get(cid) is f:
+                del self._counting[cid]
+
+        fut.add_done_callback(done)
+
+    def _drain(self) -> None:
+        """Run every waiting bookkeeping now (also what waits for a counting thread: the
+        loop counts what the thread has not counted yet)."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for fn in waiting:
+                self._later.push(fn)
+        self._later.drain()
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream

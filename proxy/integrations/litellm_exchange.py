@@ -117,7 +117,9 @@ def _query(data: Mapping[str, Any]) -> str:
     return urlsplit(url).query if isinstance(url, str) else ""
 
 
-def exchange_of(data: Mapping[str, Any], call: CallKind, caller_key: str | None) -> Exchange:
+def exchange_of(
+    data: Mapping[str, Any], call: CallKind, caller_key: str | None, *, supports_rounds: bool = False
+) -> Exchange:
     """The :class:`Exchange` for one LiteLLM request.
 
     ``caller_key`` identifies the caller: LiteLLM's ``UserAPIKeyAuth.api_key`` (the
@@ -140,6 +142,7 @@ def exchange_of(data: Mapping[str, Any], call: CallKind, caller_key: str | None)
         stream=body.get("stream") is True,
         model=model if isinstance(model, str) else None,
         request_id=call_id if isinstance(call_id, str) else "",
+        supports_rounds=supports_rounds,
     )
 
 

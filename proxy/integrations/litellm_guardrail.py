@@ -38,6 +38,12 @@ metrics. The hooks only translate (:mod:`proxy.integrations.litellm_exchange`):
   streaming error frame (``StreamingCallbackError``) carrying the gate's message.
 - ``async_post_call_response_headers_hook``: ``x-compaction-gate-action`` and
   ``x-compaction-gate-conversation`` on every gated response.
+- The recall tool (``Decision.rounds``) on chat completions: LiteLLM lets a guardrail
+  make a second upstream call — the proxy's own router (``proxy_server.llm_router``),
+  with the request's ``data`` and the follow-up's messages — so the success hook and
+  the streaming hook run the rounds as the gate's server does (:func:`_again`). The
+  Responses API and Anthropic ``/v1/messages`` routes of LiteLLM are not offered the
+  tool (their router calls differ); they get the spill note instead.
 
 The gate starts (state store, policy watcher, optional operator API) on the first
 request, inside LiteLLM's event loop. Its state is per process: with several LiteLLM
@@ -51,6 +57,7 @@ import dataclasses
 import json
 import logging
 import os
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -71,7 +78,7 @@ from ..config import (
 )
 from ..gate.interceptor import GateInterceptor
 from ..gate.wiring import build_gate
-from ..server.hooks import Decision, ResponseTap
+from ..server.hooks import Decision, FollowUp, ResponseTap, Rounds
 from ..server.record import H_ACTION, H_CONVERSATION
 from .litellm_exchange import (
     CallKind,
@@ -141,6 +148,8 @@ class _Pending:
     tap: ResponseTap | None
     #: Whether LiteLLM asked for the response headers yet (success or failure).
     headers_sent: bool = False
+    rounds: Rounds | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -277,7 +286,12 @@ class CompactionGateGuardrail(CustomGuardrail):
         if call is None:
             return data
         await self.start()
-        ex = exchange_of(data, call, getattr(user_api_key_dict, "api_key", None) or getattr(user_api_key_dict, "token", None))
+        ex = exchange_of(
+            data,
+            call,
+            getattr(user_api_key_dict, "api_key", None) or getattr(user_api_key_dict, "token", None),
+            supports_rounds=call.kind == "chat" and _router() is not None,
+        )
         decision = await self.gate.before(ex)
         if decision.after_send is not None:  # deferred tracking: nothing is sent before it here
             later = await decision.after_send()
@@ -292,7 +306,11 @@ class CompactionGateGuardrail(CustomGuardrail):
             raise _refusal(decision)
         if decision.body is not None:
             apply_body(data, decision.body)
-        self._remember(ex.request_id, _Pending(call, decision.action, decision.conversation_id, decision.tap))
+        rounds = decision.rounds if ex.supports_rounds else None
+        self._remember(
+            ex.request_id,
+            _Pending(call, decision.action, decision.conversation_id, decision.tap, rounds=rounds, headers=dict(decision.headers)),
+        )
         return data
 
     async def async_post_call_response_headers_hook(
@@ -306,7 +324,7 @@ class CompactionGateGuardrail(CustomGuardrail):
         pending = self._pending_for(data)
         if pending is None:
             return None
-        headers = {H_ACTION: pending.action}
+        headers = {**pending.headers, H_ACTION: pending.action}
         if pending.conversation_id:
             headers[H_CONVERSATION] = pending.conversation_id
         self._done(data, pending, headers=True)
@@ -320,6 +338,9 @@ class CompactionGateGuardrail(CustomGuardrail):
         traceback_str: str | None = None,
     ) -> Any:
         pending = self._pending_for(request_data)
+        if pending is not None and pending.rounds is not None:
+            pending.rounds.closed("upstream_error")
+            pending.rounds = None
         if pending is not None and pending.tap is not None:
             pending.tap.closed("upstream_error")
             self._done(request_data, pending, tap=True)
@@ -329,16 +350,44 @@ class CompactionGateGuardrail(CustomGuardrail):
 
     async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
         pending = self._pending_for(data)
-        if pending is None or pending.tap is None:
+        if pending is None or (pending.tap is None and pending.rounds is None):
             return response
-        tap = pending.tap
+        tap, rounds = pending.tap, pending.rounds
+        pending.rounds = None
         self._done(data, pending, tap=True)
         body, rebuild = _response_json(response)
         if body is None:
-            tap.closed("content_encoding")  # a response shape the gate cannot read
+            if rounds is not None:
+                rounds.closed("content_encoding")
+            if tap is not None:
+                tap.closed("content_encoding")  # a response shape the gate cannot read
             return response
-        out = tap.feed_json(200, body)
-        if out is body or out == body:
+        original = out = body
+        if rounds is not None:
+            answer = await rounds.after_json(200, body)
+            follow_ups = 0
+            while isinstance(answer, FollowUp):
+                if follow_ups >= MAX_FOLLOW_UPS:
+                    rounds.closed("rounds_limit")
+                    answer = body
+                    break
+                follow_ups += 1
+                try:
+                    again = await _again(data, answer.body, stream=False)
+                except Exception:
+                    rounds.closed("upstream_error")
+                    if tap is not None:
+                        tap.closed("upstream_error")
+                    raise  # upstream's failure, as LiteLLM reports it
+                body, rebuild = _response_json(again)
+                if body is None:
+                    rounds.closed("content_encoding")
+                    return again
+                answer = await rounds.after_json(200, body)
+            out = answer
+        if tap is not None:
+            out = tap.feed_json(200, out)
+        if out is original or out == original:
             return response
         return rebuild(json.loads(out))
 
@@ -346,28 +395,86 @@ class CompactionGateGuardrail(CustomGuardrail):
         self, user_api_key_dict: Any, response: AsyncIterator[Any], request_data: dict[str, Any]
     ) -> AsyncGenerator[Any, None]:
         pending = self._pending_for(request_data)
-        if pending is None or pending.tap is None:
+        if pending is None or (pending.tap is None and pending.rounds is None):
             async for chunk in response:
                 yield chunk
             return
-        tap = pending.tap
+        tap, rounds = pending.tap, pending.rounds
+        pending.rounds = None
         self._done(request_data, pending, tap=True)
         finished = False
         rebuild: Any = None
+
+        def through(events: list[bytes]) -> list[bytes]:
+            if tap is None:
+                return events
+            out: list[bytes] = []
+            for e in events:
+                out.extend(tap.feed_event(e))
+            return out
+
         try:
-            async for chunk in response:
-                raw, rebuild = _chunk_event(chunk)
-                if raw is None:  # not a chunk the gate reads: pass it on
-                    yield chunk
+            follow_ups = 0
+            while True:
+                async for chunk in response:
+                    raw, rebuild = _chunk_event(chunk)
+                    if raw is None:  # not a chunk the gate reads: pass it on
+                        yield chunk
+                        continue
+                    events = rounds.feed_event(raw) if rounds is not None else [raw]
+                    for out in _checked(through(events)):
+                        yield chunk if out == raw else rebuild(out)
+                nxt = await rounds.after_stream() if rounds is not None else []
+                if isinstance(nxt, FollowUp) and follow_ups < MAX_FOLLOW_UPS:
+                    follow_ups += 1
+                    response = await _again(request_data, nxt.body, stream=True)
                     continue
-                for out in _checked(tap.feed_event(raw)):
-                    yield chunk if out == raw else rebuild(out)
+                if isinstance(nxt, FollowUp):
+                    assert rounds is not None
+                    rounds.closed("rounds_limit")
+                    nxt = []
+                rounds = None
+                break
             finished = True
-            for out in _checked(tap.finish()):
+            tail = through(nxt) + (tap.finish() if tap is not None else [])
+            for out in _checked(tail):
                 yield rebuild(out) if rebuild is not None else out
         finally:
             if not finished:
-                tap.closed("client_disconnected")
+                if rounds is not None:
+                    rounds.closed("client_disconnected")
+                if tap is not None:
+                    tap.closed("client_disconnected")
+
+
+# ---------------------------------------------------------------------- rounds
+
+
+#: Follow-up calls one request may cause (as behind the gate's own server).
+MAX_FOLLOW_UPS = 16
+
+
+def _router() -> Any:
+    """The LiteLLM proxy's router, when running inside the proxy (else ``None``)."""
+    try:
+        from litellm.proxy import proxy_server
+    except Exception:  # noqa: BLE001 - litellm without its proxy extras
+        return None
+    return getattr(proxy_server, "llm_router", None)
+
+
+async def _again(data: Mapping[str, Any], body: bytes, *, stream: bool) -> Any:
+    """A follow-up round of a chat completion through LiteLLM's own router: the
+    request's ``data`` (its model, deployment and key bookkeeping) with the follow-up's
+    messages and tools, under a new call id."""
+    router = _router()
+    if router is None:
+        raise RuntimeError("LiteLLM's router is not available for a follow-up round")
+    kwargs = dict(data)
+    apply_body(kwargs, body)
+    kwargs["litellm_call_id"] = str(uuid.uuid4())
+    kwargs["stream"] = stream
+    return await router.acompletion(**kwargs)
 
 
 # ---------------------------------------------------------------------- translation

@@ -219,4 +219,10 @@ def compile_policy(spec: PolicySpec, *, source: str, default_name: str = "policy
         spill_ttl_seconds=spec.spill.ttl_seconds,
         spill_max_bytes=spec.spill.max_bytes,
         spill_list_bindings=spec.spill.list_bindings,
+        recall_enabled=spec.recall.enabled,
+        recall_tool_name=spec.recall.tool_name,
+        recall_max_rounds=spec.recall.max_rounds,
+        recall_budget_rounds=spec.recall.budget_rounds,
+        recall_budget_bytes=spec.recall.budget_bytes,
+        recall_max_result_bytes=spec.recall.max_result_bytes,
     )

@@ -54,12 +54,13 @@ class Match:
 #: How much each action protects, per field (higher is stricter). The principle: an
 #: action that changes nothing (allow) < one that only records (warn) < one that repairs
 #: the request so the model sees the bindings (reinject, or spill: the region kept for
-#: the model to fetch) < one that refuses the request outright (reject). For the
+#: the model to fetch) < one that refuses the request outright (reject); for a safe
+#: compaction: allow < warn < spill (the region kept for the model to recall). For the
 #: tripwire: off < warn < annotate (the model is told) < block. The summarization gate
 #: on is stricter than off.
 PROTECTION_ORDER: Mapping[str, Mapping[str, int]] = {
     "destructive": {"allow": 0, "warn": 1, "reinject": 2, "spill": 2, "reject": 3},
-    "safe": {"allow": 0, "warn": 1},
+    "safe": {"allow": 0, "warn": 1, "spill": 2},
     "tripwire": {"off": 0, "warn": 1, "annotate": 2, "block": 3},
 }
 
@@ -173,6 +174,12 @@ class Policy:
     spill_ttl_seconds: int = 7 * 24 * 3600
     spill_max_bytes: int = 4_000_000
     spill_list_bindings: bool = True
+    recall_enabled: bool = True
+    recall_tool_name: str = "recall_compacted_context"
+    recall_max_rounds: int = 3
+    recall_budget_rounds: int = 20
+    recall_budget_bytes: int = 2_000_000
+    recall_max_result_bytes: int = 200_000
 
     # ------------------------------------------------------------------ evaluation
 

@@ -76,8 +76,19 @@ class PolicyObligations:
                 )
 
         if p.obligations:
-            calls = _call_info(before)
+            # the history's calls are read only for a rule that binds one of these
+            # identifiers (an edit of the last turn asks about a few values only)
+            calls_memo: list[dict[str, tuple[int, str | None, str | None]]] = []
+
+            def calls() -> dict[str, tuple[int, str | None, str | None]]:
+                if not calls_memo:
+                    calls_memo.append(_call_info(before))
+                return calls_memo[0]
+
             for rule in p.obligations:
+                bound = [i for i in ids if i.source.origin == "tool_result" and i.kind in rule.binds]
+                if not bound:
+                    continue
                 closed_at = -1
                 if rule.closed_by is not None:
                     for idx, m in enumerate(before.messages):
@@ -86,13 +97,13 @@ class PolicyObligations:
                             if rule.closed_by.matches(part.tool_name, cmd, None):
                                 closed_at = max(closed_at, idx)
                 by_result: dict[tuple[int, str | None], list[Identifier]] = {}
-                for i in ids:
+                for i in bound:
                     s = i.source
-                    if s.origin != "tool_result" or i.kind not in rule.binds or s.message_index <= closed_at:
+                    if s.message_index <= closed_at:
                         continue
                     tool, command = s.tool_name, s.command
-                    if (tool is None or command is None) and s.tool_call_id in calls:
-                        _, tool, command = calls[s.tool_call_id]
+                    if (tool is None or command is None) and s.tool_call_id in calls():
+                        _, tool, command = calls()[s.tool_call_id]
                     result_text = before.messages[s.message_index].text if 0 <= s.message_index < len(before.messages) else ""
                     if rule.opened_by.matches(tool, command, result_text):
                         by_result.setdefault((s.message_index, s.tool_call_id), []).append(i)

@@ -16,7 +16,7 @@ from typing import Literal
 from ..yamlconf import Invalid, meta
 
 Action = Literal["allow", "warn", "reinject", "reject", "spill"]
-SafeAction = Literal["allow", "warn"]
+SafeAction = Literal["allow", "warn", "spill"]
 TripwireAction = Literal["block", "annotate", "warn", "off"]
 NoteRole = Literal["user", "system", "developer"]
 
@@ -174,7 +174,9 @@ class ScopeSpec:
 class ActionsSpec:
     #: Action when a compaction dropped required bindings.
     destructive: Action = "reinject"
-    #: Action when it did not.
+    #: Action when it did not: ``allow``, ``warn`` (record an event), or ``spill`` (store
+    #: the region it removed anyway and offer the recall tool, so that recall also covers
+    #: what detection misses).
     safe: SafeAction = "allow"
     #: Overrides by model/route/tenant/header; the first matching scope wins per field.
     scopes: tuple[ScopeSpec, ...] = ()
@@ -232,6 +234,37 @@ class SpillSpec:
 
 
 @dataclass(frozen=True)
+class RecallSpec:
+    """The recall tool offered to conversations whose compaction was spilled (see
+    :mod:`proxy.core.interventions.recall`)."""
+
+    #: Offer the tool (off: only the spill note, pointing at ``GET /gate/spill/{handle}``).
+    enabled: bool = True
+    #: The tool's name; a client tool of the same name makes the gate pick a suffixed one.
+    tool_name: str = "recall_compacted_context"
+    #: Follow-up upstream rounds the gate makes for one client request.
+    max_rounds: int = 3
+    #: Recall rounds one conversation may use in all (then the tool is no longer offered).
+    budget_rounds: int = 20
+    #: Bytes of recalled context one conversation may be given in all.
+    budget_bytes: int = 2_000_000
+    #: Most bytes one recall returns (the rest is cut, and says so).
+    max_result_bytes: int = 200_000
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,47}", self.tool_name):
+            raise Invalid(
+                "tool_name must be 1-48 letters, digits, '_' or '-', starting with a letter or '_'", key="tool_name"
+            )
+        for key in ("max_rounds", "budget_rounds"):
+            if getattr(self, key) < 1:
+                raise Invalid(f"{key} must be at least 1", key=key)
+        for key in ("budget_bytes", "max_result_bytes"):
+            if getattr(self, key) < 1024:
+                raise Invalid(f"{key} must be at least 1024", key=key)
+
+
+@dataclass(frozen=True)
 class PolicySpec:
     version: int = 1
     name: str = ""
@@ -250,6 +283,7 @@ class PolicySpec:
     gate: GateSpec = field(default_factory=GateSpec)
     tripwire: TripwireSpec = field(default_factory=TripwireSpec)
     spill: SpillSpec = field(default_factory=SpillSpec)
+    recall: RecallSpec = field(default_factory=RecallSpec)
 
     def __post_init__(self) -> None:
         if self.version != 1:

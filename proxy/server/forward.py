@@ -224,6 +224,7 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
         stream=isinstance(parsed, dict) and parsed.get("stream") is True,
         model=_model_of(parsed),
         request_id=rec.request_id,
+        supports_rounds=True,
     )
     rec.stream, rec.model = exchange.stream, exchange.model
 
@@ -318,7 +319,8 @@ async def _forward(
 ) -> web.StreamResponse:
     session = request.app[SESSION_KEY]
     headers = upstream_headers(
-        request.headers, identity_encoding=decision.tap is not None or decision.after_send is not None
+        request.headers,
+        identity_encoding=decision.tap is not None or decision.after_send is not None or decision.rounds is not None,
     )
     headers.popall("expect", None)
     # the body read is the decoded one (aiohttp decodes gzip/deflate/br): forward it so
@@ -357,9 +359,27 @@ async def _forward(
     if rec.slot is not None:
         rec.slot.upstream = upstream_resp
 
+    send = None
+    if decision.rounds is not None:
+
+        async def send(again: bytes) -> aiohttp.ClientResponse:
+            """A follow-up round of this exchange (``Decision.rounds``)."""
+            t = time.perf_counter()
+            try:
+                return await session.request(
+                    request.method,
+                    url,
+                    data=again,
+                    headers=headers,
+                    allow_redirects=False,
+                    proxy=proxy_for(url, request.app[CONFIG_KEY].server),
+                )
+            finally:
+                rec.upstream_wait += time.perf_counter() - t
+
     try:
         decision = await _completed(decision, deferred, rec, secret)
-        return await relay(request, rec, route, upstream_resp, decision, secret)
+        return await relay(request, rec, route, upstream_resp, decision, secret, send)
     finally:
         # Closing (not releasing) drops the upstream connection when the body was
         # not fully read, which is what tells upstream the client went away.

@@ -18,6 +18,9 @@ Invariants the server guarantees (and tests assert):
 * Work a decision defers with ``after_send`` runs while upstream works on the request,
   and is finished before the response is relayed; if it fails, the failure is logged
   and the response is relayed without its results (the request was already sent).
+* A decision with ``rounds`` may ask upstream again (:class:`Rounds`): the server makes
+  each follow-up request itself and relays one response; the client never sees an
+  intermediate round. Only an exchange with ``supports_rounds`` gets its ``rounds`` run.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ __all__ = [
     "Decision",
     "DialectName",
     "Exchange",
+    "FollowUp",
     "Interceptor",
     "NoopInterceptor",
     "Reject",
     "ResponseTap",
+    "Rounds",
 ]
 
 DialectName = Literal["openai", "anthropic"]
@@ -66,6 +71,9 @@ class Exchange:
     ``headers`` are lower-cased and exclude credentials, cookies and hop-by-hop
     headers. ``path`` and ``query`` are percent-decoded (the raw bytes are forwarded
     upstream unchanged). ``request_id`` is the proxy's own id for correlating log lines.
+    ``supports_rounds`` says whether the transport runs a decision's ``rounds`` (the HTTP
+    handler and the LiteLLM guardrail's chat completions do; the Responses WebSocket
+    relay does not).
     """
 
     method: str
@@ -80,6 +88,7 @@ class Exchange:
     stream: bool
     model: str | None
     request_id: str = ""
+    supports_rounds: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,9 @@ class Decision:
     The deferred work finishes even if the client goes away; a tap it returns then gets
     ``closed("client_disconnected")``. It runs only if the request is forwarded (not
     with ``reject``).
+
+    ``rounds`` lets the response take more than one upstream round (see :class:`Rounds`);
+    what it ends with goes through ``tap`` like any response.
     """
 
     action: str = "none"
@@ -134,6 +146,54 @@ class Decision:
     headers: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     tap: ResponseTap | None = None
     after_send: Callable[[], Awaitable[Decision]] | None = None
+    rounds: Rounds | None = None
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """Ask upstream again: the same method, URL and headers, with ``body``."""
+
+    body: bytes
+
+
+@runtime_checkable
+class Rounds(Protocol):
+    """A response that may take several upstream rounds and reaches the client as one.
+
+    After each upstream response the server asks this object whether it is the answer or
+    whether to ask upstream again (:class:`FollowUp`); it makes the follow-up requests
+    itself. The response is relayed from the first round's status and headers for a
+    stream, the last round's for a JSON body, plus :meth:`headers`.
+
+    JSON (non-SSE) responses, any status: ``after_json(status, decoded body)`` returns the
+    body to relay, or a :class:`FollowUp`. SSE responses (2xx): ``feed_event`` per complete
+    event (its return value goes on to the client, through the decision's tap), then
+    ``after_stream()`` at the clean end of each round: events to send before the stream
+    ends, or a :class:`FollowUp` whose response's events are fed in turn (a follow-up
+    answered with an error status ends the stream with the dialect's error event
+    carrying upstream's message). ``closed(reason)`` is called instead of a terminal
+    answer when the exchange ends abnormally (``client_disconnected``, ``upstream_error``,
+    ``upstream_timeout``, ``content_encoding``, ``no_body``, ``rounds_limit``). A client that goes away
+    during any round cancels that round's upstream request. An exception raised by one of
+    these methods disables the rounds (the current response is relayed as it is).
+    """
+
+    async def after_json(self, status: int, body: bytes) -> bytes | FollowUp:
+        ...
+
+    def feed_event(self, raw_event: bytes) -> list[bytes]:
+        ...
+
+    async def after_stream(self) -> list[bytes] | FollowUp:
+        ...
+
+    def headers(self) -> Mapping[str, str]:
+        """Headers for the client's response (asked once its headers are sent: after
+        the last round of a JSON response, before the first event of a stream)."""
+        ...
+
+    def closed(self, reason: str) -> None:
+        ...
 
 
 @runtime_checkable

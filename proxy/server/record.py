@@ -16,7 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.server.errors import ProxyError, error_response
-from proxy.server.hooks import Decision, DialectName, ResponseTap
+from proxy.server.hooks import Decision, DialectName, ResponseTap, Rounds
 from proxy.server.inflight import ShutdownCut, Slot
 from proxy.server.logs import GATE_LOGGER, log_access, redact
 
@@ -27,6 +27,7 @@ __all__ = [
     "H_OVERHEAD",
     "UNKNOWN_CONVERSATION",
     "RequestRecord",
+    "close_rounds",
     "close_tap",
     "gate_headers",
     "log_gate_failure",
@@ -79,6 +80,8 @@ class RequestRecord:
     upstream_wait: float = 0.0
     #: the request's place among those in flight (a shutdown may cut it)
     slot: Slot | None = None
+    #: upstream requests the gate made after the first (``Decision.rounds``)
+    follow_ups: int = 0
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -87,28 +90,29 @@ class RequestRecord:
         return max(0.0, (self.elapsed() - self.upstream_wait) * 1000.0)
 
     def emit(self) -> None:
-        log_access(
-            {
-                "request_id": self.request_id,
-                "method": self.method,
-                "route": self.route,
-                "kind": self.kind,
-                "dialect": self.dialect,
-                "status": self.status,
-                "upstream": self.upstream,
-                "upstream_status": self.upstream_status,
-                "duration_ms": round(self.elapsed() * 1000.0, 2),
-                "overhead_ms": round(self.overhead_ms(), 2),
-                "conversation": self.conversation,
-                "action": self.action,
-                "tenant": self.tenant,
-                "stream": self.stream,
-                "model": self.model,
-                "bytes_in": self.bytes_in,
-                "bytes_out": self.bytes_out,
-                "error": self.error,
-            }
-        )
+        fields: dict[str, object] = {
+            "request_id": self.request_id,
+            "method": self.method,
+            "route": self.route,
+            "kind": self.kind,
+            "dialect": self.dialect,
+            "status": self.status,
+            "upstream": self.upstream,
+            "upstream_status": self.upstream_status,
+            "duration_ms": round(self.elapsed() * 1000.0, 2),
+            "overhead_ms": round(self.overhead_ms(), 2),
+            "conversation": self.conversation,
+            "action": self.action,
+            "tenant": self.tenant,
+            "stream": self.stream,
+            "model": self.model,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "error": self.error,
+        }
+        if self.follow_ups:
+            fields["follow_ups"] = self.follow_ups
+        log_access(fields)
 
 
 def gate_headers(rec: RequestRecord, decision: Decision | None) -> CIMultiDict[str]:
@@ -213,3 +217,13 @@ def close_tap(tap: ResponseTap | None, reason: str, rec: RequestRecord, secret: 
         tap.closed(reason)
     except Exception as exc:  # noqa: BLE001
         log_gate_failure("tap.closed", exc, secret, rec)
+
+
+def close_rounds(rounds: Rounds | None, reason: str, rec: RequestRecord, secret: str | None) -> None:
+    """End a decision's rounds abnormally (see :class:`~proxy.server.hooks.Rounds`)."""
+    if rounds is None:
+        return
+    try:
+        rounds.closed(reason)
+    except Exception as exc:  # noqa: BLE001
+        log_gate_failure("rounds.closed", exc, secret, rec)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -16,10 +17,11 @@ from multidict import CIMultiDict
 
 from proxy.server.errors import ProxyError, sse_error_event
 from proxy.server.headers import downstream_headers
-from proxy.server.hooks import Decision, ResponseTap
+from proxy.server.hooks import Decision, DialectName, ResponseTap
 from proxy.server.logs import GATE_LOGGER
 from proxy.server.record import (
     RequestRecord,
+    close_rounds,
     close_tap,
     gate_headers,
     log_gate_failure,
@@ -30,7 +32,11 @@ from proxy.server.routes import Route
 from proxy.server.sse import SSESplitter
 from proxy.server.state import CONFIG_KEY
 
-__all__ = ["relay"]
+__all__ = ["Send", "relay"]
+
+#: Sends one more upstream request of this exchange (same method, URL and headers) with
+#: the given body: what a decision's ``rounds`` use for follow-up rounds.
+Send = Callable[[bytes], Awaitable[aiohttp.ClientResponse]]
 
 _NO_BODY_STATUSES = frozenset({204, 304})
 
@@ -46,6 +52,8 @@ class _Relay:
     headers: CIMultiDict[str]  # upstream's, for the client (hop-by-hop and length removed)
     decision: Decision
     secret: str | None
+    #: headers a decision's ``rounds`` add to the client's response
+    extra: Mapping[str, str] = field(default_factory=dict)
 
     def response(self, body: bytes | None = None) -> web.StreamResponse:
         """The client's response: upstream's status and headers, plus the gate's
@@ -57,6 +65,7 @@ class _Relay:
             else web.Response(status=up.status, reason=up.reason, headers=self.headers, body=body)
         )
         resp.headers.update(gate_headers(self.rec, self.decision))
+        resp.headers.update(self.extra)
         return resp
 
 
@@ -67,7 +76,10 @@ async def relay(
     up: aiohttp.ClientResponse,
     decision: Decision,
     secret: str | None,
+    send: Send | None = None,
 ) -> web.StreamResponse:
+    """Relay ``up`` to the client (see the module docstring); with ``send``, a decision's
+    ``rounds`` may ask upstream again (:mod:`proxy.server.rounds`)."""
     rec.upstream_status = up.status
     rec.status = up.status
     tap = decision.tap
@@ -81,9 +93,22 @@ async def relay(
         )
         close_tap(tap, "content_encoding", rec, secret)
         tap = None
+    rounds = decision.rounds if send is not None else None
+    if rounds is not None and encoding not in ("", "identity"):
+        close_rounds(rounds, "content_encoding", rec, secret)
+        rounds = None
 
     r = _Relay(request, rec, route, up, downstream_headers(up.headers), decision, secret)
     no_body = request.method == "HEAD" or up.status in _NO_BODY_STATUSES or up.status < 200
+
+    if rounds is not None and (no_body or (is_sse and not 200 <= up.status < 300)):
+        close_rounds(rounds, "no_body", rec, secret)
+        rounds = None
+    if rounds is not None:
+        from proxy.server.rounds import relay_rounds
+
+        assert send is not None
+        return await relay_rounds(r, tap, rounds, send, is_sse=is_sse)
 
     if no_body:
         resp = r.response()
@@ -143,7 +168,7 @@ async def _relay_bytes(r: _Relay) -> web.StreamResponse:
 
 async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
     """Buffer a non-SSE body, give it to the tap, send what the tap returns."""
-    request, rec, up, decision, secret = r.request, r.rec, r.up, r.decision, r.secret
+    rec, up, decision, secret = r.rec, r.up, r.decision, r.secret
     t = time.perf_counter()
     try:
         raw = await up.read()
@@ -156,7 +181,14 @@ async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
         close_tap(tap, "client_disconnected", rec, secret)
         raise
     rec.upstream_wait += time.perf_counter() - t
+    return await respond_tapped(r, tap, raw)
 
+
+
+async def respond_tapped(r: _Relay, tap: ResponseTap, raw: bytes) -> web.StreamResponse:
+    """Give a whole (non-SSE) body to the tap and answer with what it returns (after a
+    settling tap has settled)."""
+    request, rec, up, decision, secret = r.request, r.rec, r.up, r.decision, r.secret
     settles = getattr(tap, "settles", False) is True
     if not settles and getattr(tap, "observe_only", False) is True and request.app[CONFIG_KEY].gate.fail_open:
         # the tap only observes: send first, feed it in the next loop step (see hooks)
@@ -207,6 +239,18 @@ def _feed_json_later(tap: ResponseTap, status: int, raw: bytes, rec: RequestReco
 
 class _ClientGone(Exception):
     """The client connection closed while we were writing to it."""
+
+
+async def end_with_error(
+    send: Callable[[list[bytes]], Awaitable[None]], resp: web.StreamResponse, dialect: DialectName, err: ProxyError
+) -> None:
+    """End a stream already under way with the dialect's error event (a client that is
+    gone by then is fine: there is nobody left to tell)."""
+    try:
+        await send([sse_error_event(dialect, err)])
+        await resp.write_eof()
+    except (_ClientGone, ConnectionError):
+        pass
 
 
 async def _write(resp: web.StreamResponse, data: bytes) -> None:
@@ -324,11 +368,7 @@ async def _relay_stream(r: _Relay, tap: ResponseTap | None) -> web.StreamRespons
         err, reason = upstream_failure(exc)
         rec.error = reason
         guard.closed(reason)
-        try:
-            await send([sse_error_event(r.route.dialect, err)])
-            await resp.write_eof()
-        except (_ClientGone, ConnectionError):
-            pass
+        await end_with_error(send, resp, r.route.dialect, err)
         return resp
         rec.error = "client_disconnected"
         guard.closed("client_disconnected")

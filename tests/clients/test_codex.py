@@ -92,6 +92,9 @@ def test_default_the_rollback_uses_the_original_revision(gate: GateStack, tmp_pa
     if transport == "ws":
         # an encrypted summary: contracted, then the bindings re-stated in plain text
         assert ("compaction", "reinject") in kinds, ctx
+        # the encrypted compaction item is the summary: a summarize transition, not a fork
+        comp = [e for e in gate.events() if e["kind"] == "compaction"]
+        assert comp and {e["transition"] for e in comp} == {"summarize"}, ctx
     else:
         # a local summary: checked at the summarization call and completed there
         assert ("summary_check", "gate") in kinds, ctx

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.core.markers import NO_MARKERS, default_markers
-from proxy.core.messages import Snapshot, from_any, from_openai_chat
+from proxy.core.messages import Snapshot, from_any, from_body, from_openai_chat
 from proxy.core.transition import classify, detect_summarize_request, looks_like_summary, same_reply
 from tests.support.conversations import (
     MASK_STYLES,
@@ -275,3 +275,41 @@ def test_mask_and_truncation_styles_have_no_summary(style: str) -> None:
 def test_cutting_everything_is_a_truncation_not_a_new_task() -> None:
     t = classify(body(BASE), body([]), NO_MARKERS)
     assert t.kind == "truncate" and t.lost == tuple(range(len(BASE)))
+
+
+_CODEX_SYS = {"role": "developer", "content": "You are Codex."}
+_CODEX_BEFORE = [
+    _CODEX_SYS,
+    {"role": "user", "content": "Apply the migration."},
+    {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": '{"command":["alembic","upgrade","head"]}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "Running upgrade 1a2b3c4d5e6f -> 4f9a2c1e7b3d"},
+    {"role": "assistant", "content": [{"type": "output_text", "text": "Applied."}]},
+]
+
+
+def test_an_encrypted_compaction_item_is_the_summary_of_what_it_replaced() -> None:
+    """Remote compaction (Codex's built-in provider): the history after it keeps the user
+    messages and ends in the API's encrypted ``compaction`` item — unreadable, but the
+    summary of the lost messages, so the transition is ``summarize``, not a fork."""
+    compacted = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAB-x"}
+    after = [_CODEX_SYS, {"role": "user", "content": "Apply the migration."}, compacted, {"role": "user", "content": "Roll back."}]
+    t = classify(from_any({"input": _CODEX_BEFORE}), from_any({"input": after}))
+    assert t.kind == "summarize" and t.summary == (1,)  # (indexes after the system messages)
+    # an opaque item that is no summary (reasoning) replacing the tail stays a fork
+    reasoning = {"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAAB-y", "summary": []}
+    after = [_CODEX_SYS, {"role": "user", "content": "Apply the migration."}, reasoning, {"role": "user", "content": "Roll back."}]
+    assert classify(from_any({"input": _CODEX_BEFORE}), from_any({"input": after})).kind == "fork"
+    # Anthropic's compaction block is the same thing in the Messages API
+    anth_before = {"messages": [
+        {"role": "user", "content": "Apply the migration."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "alembic upgrade head"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "Running upgrade 1a2b3c4d5e6f -> 4f9a2c1e7b3d"}]},
+        {"role": "assistant", "content": "Applied."},
+    ]}  # fmt: skip
+    anth_after = {"messages": [
+        {"role": "user", "content": "Apply the migration."},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "enc"}]},
+        {"role": "user", "content": "Roll back."},
+    ]}  # fmt: skip
+    t = classify(from_body("messages", anth_before), from_body("messages", anth_after))
+    assert t.kind == "summarize" and t.summary == (1,)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.fake_upstream import Call, Reply, ToolCall
+from tests.support.fake_upstream import Call, Reply, Responder, ToolCall, Usage
 
 REVISION = "3f9a1c2b7d4e"
 INVENTED = "0badc0ffee42"
@@ -83,6 +83,87 @@ def responder(call: Call) -> Reply:
     return Reply(text="The migration is applied and the service checks pass.")
 
 
+# --------------------------------------------------------------------------- recall
+
+#: The gate's recall tool (its default name; a suffixed one when a client tool has it).
+RECALL_TOOL = "recall_compacted_context"
+_HANDLE = re.compile(r"spill_[A-Za-z0-9_-]{20,}")
+#: A migration story whose revisions are named, not hashed: no detector knows the shape,
+#: so a compaction that drops the rollback target is judged safe — what ``safe: spill``
+#: is for. The rollback target is the revision before the upgrade.
+SLUG_BEFORE = "orders_base"
+SLUG_UPGRADE = f"INFO  [alembic.runtime.migration] Running upgrade {SLUG_BEFORE} -> orders_v2, add orders table"
+_SLUG = re.compile(r"Running upgrade (\w+) ->")
+#: Usage the recalling model reports per round (input, output): the client must see the sum.
+ROUND_USAGE = [(100, 7), (130, 11), (170, 13), (210, 17)]
+
+
+def run_slug_tool(cmd: str) -> str:
+    return SLUG_UPGRADE if cmd.startswith("alembic upgrade") else run_tool(cmd)
+
+
+def hex_revisions(text: str) -> list[str]:
+    return _HEX12.findall(text)
+
+
+def slug_revisions(text: str) -> list[str]:
+    return _SLUG.findall(text)
+
+
+def recalling(
+    find: Callable[[str], list[str]] = hex_revisions,
+    *,
+    base: Responder = responder,
+    query: str | None = None,
+    mixed: bool = False,
+    handle: str | None = None,
+    always: bool = False,
+) -> Responder:
+    """The scripted model when the gate offers its recall tool: asked to roll back, it
+    looks for the revision in what it sees (the messages; it does not read the tools'
+    descriptions for values); when it is not there and the tool is offered, it calls
+    the tool with the handle the description names (or ``handle``), optionally with
+    ``query``, and — ``mixed`` — together with a client tool call that guesses. With a
+    recall result it rolls back to the revision the result names. ``always``: it keeps
+    calling the tool (for round limits). Every round reports :data:`ROUND_USAGE`."""
+
+    def respond(call: Call) -> Reply:
+        if "Running downgrade" in call.all_text():
+            return base(call)  # rolled back already
+        # the gate's tool: the one whose description names a stored region (a client tool
+        # may have the same name; the gate's is then suffixed)
+        tool = next((t for t in call.tools() if t["name"].startswith(RECALL_TOOL) and "spill_" in t["description"]), None)
+        recalled = call.results_of(tool["name"]) if tool else []
+        usage = Usage(*ROUND_USAGE[min(len(recalled), len(ROUND_USAGE) - 1)])
+        rollback = any("roll back" in _user_texts(m).lower() for m in call.messages()[-3:])
+        if tool and rollback and (always or not recalled) and not find(call.all_text().replace("\n".join(recalled), "")):
+            h = handle or _HANDLE.search(tool["description"]).group(0)  # type: ignore[union-attr]
+            args = {"handle": h} if query is None else {"handle": h, "query": query}
+            calls = [ToolCall(tool["name"], args)]
+            if mixed:
+                calls.append(ToolCall("bash", {"cmd": f"alembic downgrade {INVENTED}"}))
+            return Reply(tool_calls=calls, usage=usage)
+        if recalled:
+            found = find("\n".join(recalled))
+            rev = found[0] if found else INVENTED
+            return Reply(text="Rolling back to the recorded revision.", tool_calls=[ToolCall("bash", {"cmd": f"alembic downgrade {rev}"})], usage=usage)
+        if rollback and tool is None and find is slug_revisions:
+            found = find(call.all_text())
+            return Reply(tool_calls=[ToolCall("bash", {"cmd": f"alembic downgrade {found[0] if found else INVENTED}"})])
+        return base(call)
+
+    return respond
+
+
+def _user_texts(m: Any) -> str:
+    if not isinstance(m, dict) or m.get("role") != "user":
+        return ""
+    c = m.get("content")
+    if isinstance(c, str):
+        return c
+    return " ".join(b.get("text", "") for b in c or () if isinstance(b, dict) and b.get("type") in ("text", "input_text"))
+
+
 def rollback_target(args: str | dict[str, Any]) -> str:
     cmd = (json.loads(args) if isinstance(args, str) else args)["cmd"]
     assert cmd.startswith("alembic downgrade "), cmd
@@ -134,6 +215,7 @@ class OpenAIAgent(_AgentLoop):
     stream: bool = False
     model: str = "gpt-4o"
     messages: list[dict[str, Any]] = field(default_factory=list)
+    run: Callable[[str], str] | None = None  # the tools' outputs (default: run_tool, read at call time)
 
     def call(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str, str]]]:
         if not self.stream:
@@ -168,7 +250,7 @@ class OpenAIAgent(_AgentLoop):
             self.messages.append({"role": "assistant", "content": text or None, "tool_calls": [
                 {"id": cid, "type": "function", "function": {"name": n, "arguments": a}} for cid, n, a in calls]})
             for cid, _, a in calls:
-                self.messages.append({"role": "tool", "tool_call_id": cid, "content": run_tool(json.loads(a)["cmd"])})
+                self.messages.append({"role": "tool", "tool_call_id": cid, "content": (self.run or run_tool)(json.loads(a)["cmd"])})
             seen.extend(calls)
         return seen
 
@@ -191,6 +273,7 @@ class AnthropicAgent(_AgentLoop):
     stream: bool = False
     model: str = "claude-haiku-4-5"
     messages: list[dict[str, Any]] = field(default_factory=list)
+    run: Callable[[str], str] | None = None  # the tools' outputs (default: run_tool, read at call time)
 
     def call(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[str, str, str]]]:
         kw = {"model": self.model, "max_tokens": 1024, "system": SYSTEM, "messages": messages, "tools": [BASH_ANTHROPIC]}
@@ -214,7 +297,7 @@ class AnthropicAgent(_AgentLoop):
             if not calls:
                 return seen
             self.messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": cid, "content": run_tool(json.loads(a)["cmd"])} for cid, _, a in calls]})
+                {"type": "tool_result", "tool_use_id": cid, "content": (self.run or run_tool)(json.loads(a)["cmd"])} for cid, _, a in calls]})
             seen.extend(calls)
         return seen
 

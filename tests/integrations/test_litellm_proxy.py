@@ -64,10 +64,12 @@ class Model:
 class LiteLLM:
     """One ``litellm --config`` process with the gate as its guardrail."""
 
-    def __init__(self, tmp: Path, policy: str, upstream: str) -> None:
+    def __init__(self, tmp: Path, name: str, upstream: str, policy: str | None = None) -> None:
         self.port, self.api_port = _free_port(), _free_port()
-        self.dir = tmp / policy
+        self.dir = tmp / name
         self.dir.mkdir()
+        if policy is None:
+            policy = name
         config = {
             "model_list": [
                 {
@@ -197,9 +199,10 @@ def proxies(
 ) -> Iterator[dict[str, LiteLLM]]:
     _, fake = model
     tmp = tmp_path_factory.mktemp("litellm")
-    started = {
-        p: LiteLLM(tmp, p, fake.openai_base_url) for p in ("default", "strict")
-    }  # start both at once
+    spill = tmp / "spill.yaml"
+    spill.write_text("extends: default\nname: spill\nactions:\n  destructive: spill\nspill:\n  list_bindings: false\n")
+    started = {p: LiteLLM(tmp, p, fake.openai_base_url) for p in ("default", "strict")}  # start them at once
+    started["spill"] = LiteLLM(tmp, "spill", fake.openai_base_url, str(spill))
     try:
         for p in started.values():
             p.wait_ready()
@@ -324,3 +327,42 @@ def test_the_operator_api_serves_metrics(proxies: dict[str, LiteLLM]) -> None:
     with urllib.request.urlopen(f"http://127.0.0.1:{proxy.api_port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
     assert 'compaction_gate_actions_total{action="reject"}' in text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_spill_is_recalled_through_litellms_own_router(
+    proxies: dict[str, LiteLLM], model: tuple[Model, FakeUpstream], responder: Model, stream: bool
+) -> None:
+    """LiteLLM lets a guardrail call upstream again (its router): the recall tool works
+    behind LiteLLM as behind the gate's own server — one client request, two upstream
+    rounds, the rollback to the original revision, no recall call seen by the client."""
+    proxy, fake = proxies["spill"], model[1]
+    responder.respond = story.recalling()
+    agent = _agent(proxy, stream)
+    agent.work(story.TASK)
+    agent.compact(story.LOSSY_SUMMARY)
+    before = len(fake.model_requests())
+    calls = agent.next_action(story.ROLLBACK_ASK)
+    assert [name for _, name, _ in calls] == ["bash"]
+    assert story.rollback_target(calls[0][2]) == story.REVISION
+    rounds = fake.model_requests()[before:]
+    assert len(rounds) == 2
+    assert story.RECALL_TOOL in json.dumps(rounds[0].json["tools"])
+    assert story.REVISION in json.dumps(rounds[1].json["messages"][-1])  # the recalled region
+    recalls = [e for e in proxy.events() if e["kind"] == "recall"]
+    assert recalls and recalls[-1]["outcome"] == "found"
+
+
+def test_usage_behind_litellm_sums_both_rounds(proxies: dict[str, LiteLLM], responder: Model) -> None:
+    proxy = proxies["spill"]
+    responder.respond = story.recalling()
+    agent = _agent(proxy, False)
+    agent.work(story.TASK)
+    agent.compact(story.LOSSY_SUMMARY)
+    raw = agent.client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=agent.messages + [{"role": "user", "content": story.ROLLBACK_ASK}], tools=[story.BASH_OPENAI]
+    )
+    usage = raw.parse().usage
+    (i1, o1), (i2, o2) = story.ROUND_USAGE[:2]
+    assert (usage.prompt_tokens, usage.completion_tokens) == (i1 + i2, o1 + o2)
+    assert raw.headers["x-compaction-gate-recall"] == story.RECALL_TOOL

@@ -83,3 +83,23 @@ def test_bench_ab_compares_a_revision_with_the_working_tree() -> None:
     assert "working tree / base: added p50" in out
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
     assert "cg-ab-base" not in worktrees  # the base checkout is removed afterwards
+
+
+def test_bench_patterns_plays_every_pattern_streamed_and_not() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.patterns", "--agents", "2", "--sizes", "10", "20", "--requests", "2",
+         "--warmup", "1", "--no-litellm", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    cells = json.loads(out[out.index("\n{") + 1 :])["cells"]
+    keys = {f"{p}{s}, {n} messages, 2 agents" for p in ("echo", "replaced", "reserialised")
+            for s in ("", " streamed") for n in (10, 20)}
+    assert set(cells) == keys
+    for fig in cells.values():
+        assert set(fig) == {"direct", "bare", "gate"}
+        for name, r in fig.items():
+            assert r["rps"] > 0 and r["p99"] >= r["p50"] > 0
+            if name != "direct":
+                assert r["cpu"] > 0 and r["rss_mb"] > 0
+            assert r["first_max"] > 0
+    assert "replaced streamed, 20 messages, 2 agents" in out.split("summary")[1]

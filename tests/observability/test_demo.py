@@ -21,7 +21,8 @@ async def test_demo_runs_offline_and_narrates_what_the_gate_did(loopback_only: l
     assert text == outcome.report
     assert loopback_only and all(host == "127.0.0.1" for host in loopback_only)
 
-    without, with_gate = text.split("1) Without the gate (policy: audit)")[1].split("2) With the gate (policy: default)")
+    without, rest = text.split("1) Without the gate (policy: audit)")[1].split("2) With the gate (policy: default)")
+    with_gate, recall = rest.split("3) With recall on demand (policy: recall)")
     # without the gate: what was compacted, what was dropped, the wrong rollback
     assert "compaction: 21 messages -> 2 (summarize, destructive)" in without
     assert (
@@ -39,7 +40,15 @@ async def test_demo_runs_offline_and_narrates_what_the_gate_did(loopback_only: l
     assert "(summarize, safe: every required binding survived)" in with_gate
     assert "dropped:    nothing a later step needs" in with_gate
     assert f"next action: alembic downgrade {DEMO_REVISION}   ✓ the original revision" in with_gate
-    assert "Result: rollback without the gate wrong, with the gate correct." in text
+    # recall on demand: no contract, the summary loses the revision, the model recalls it
+    assert f"summarization call: forwarded as is; the summary dropped {DEMO_REVISION}" in recall
+    assert "compaction: 21 messages -> 2 (summarize, destructive)" in recall
+    assert "offered the model a tool to recall it" in recall
+    assert "recall:     the model called recall_compacted_context(spill_" in recall and "found) and asked the model again" in recall
+    assert "the client sent one request and got one answer (2 upstream rounds, usage summed)" in recall
+    assert f"next action: alembic downgrade {DEMO_REVISION}   ✓ the original revision" in recall
+    assert [s.label for s in outcome.run_for("recall").story.steps].count("next action") == 1
+    assert "Result: rollback without the gate wrong, with the gate correct, with recall on demand correct." in text
     last = text.strip().splitlines()
     assert last[-2].startswith("Dashboard: http://127.0.0.1:") and last[-2].endswith("/gate/")
     assert outcome.run_for("default").story.summary_kept_revision

@@ -41,6 +41,26 @@ def test_rollback_invents_a_revision_when_none_is_visible() -> None:
     assert "4b1e9c2d7a30" not in command
 
 
+RECALL_TOOL = {"type": "function", "function": {
+    "name": "recall_compacted_context",
+    "description": "Stored regions:\n- `spill_AbCdEfGhIjKlMnOpQrStUvWx01`: 4 message(s)",
+    "parameters": {"type": "object"}}}
+
+
+def test_with_the_recall_tool_offered_it_recalls_then_rolls_back_to_what_it_read() -> None:
+    msgs = [SYSTEM, {"role": "user", "content": "Summary: migration applied."},
+            {"role": "user", "content": "Tests failed. Roll back now."},
+            {"role": "user", "content": "[compaction-gate: part of this conversation was stored outside the context]"}]
+    first = reply_for({"messages": msgs, "tools": [RECALL_TOOL]})
+    assert first.tool == "recall_compacted_context" and first.arguments == {"handle": "spill_AbCdEfGhIjKlMnOpQrStUvWx01"}
+    msgs += [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c9", "type": "function", "function": {"name": "recall_compacted_context", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c9", "content": "--- [3] tool\nRollback target: revision 4b1e9c2d7a30"}]
+    assert reply_for({"messages": msgs, "tools": [RECALL_TOOL]}).command == "alembic downgrade 4b1e9c2d7a30"
+    # without the tool it invents, as before
+    assert reply_for({"messages": msgs[:4]}).command == f"alembic downgrade {invented_revision(msgs[:4])}"
+
+
 def test_summary_is_lossy_and_ignores_contracts() -> None:
     ask = {"role": "user", "content": "Your task is to create a detailed summary of the conversation so far. "
            "Keep these verbatim: 4b1e9c2d7a30"}

@@ -61,6 +61,11 @@ def test_without_admin_key_remote_clients_are_refused() -> None:
     message = json.loads(denied.text or "")["error"]["message"]
     assert "10.1.2.3" in message and "gate.admin_key" in message and "COMPACTION_GATE_ADMIN_KEY" in message
     assert "x-gate-admin-key" in message and "/gate/?key=" in message
+    # the proxy's own answer, marked as such (never taken for upstream's)
+    assert denied.headers["x-compaction-gate-error"] == "gate_access_denied"
+    assert json.loads(denied.text or "")["error"]["code"] == "gate_access_denied"
+    wrong = check_access(make_mocked_request("GET", "/gate/", transport=_Transport("10.1.2.3")), "k" * 24)
+    assert wrong is not None and wrong.status == 401 and wrong.headers["x-compaction-gate-error"] == "gate_access_denied"
 
 
 class _Transport:

@@ -259,3 +259,24 @@ def test_a_failing_gate_forwards_the_frame_or_refuses_it_per_fail_open(fail_open
             assert _frames(stack.fake) == []
     finally:
         stack.close()
+
+
+def test_the_socket_is_not_offered_the_recall_tool_and_gets_the_spill_note(tmp_path: Any) -> None:
+    """The Responses WebSocket relays one upstream response per frame (it does not run a
+    decision's rounds): a spilled compaction gets the spill note, never the recall tool
+    whose calls nobody would resolve."""
+    policy = tmp_path / "spill.yaml"
+    policy.write_text("extends: default\nname: spill\nactions:\n  destructive: spill\n")
+    stack = GateStack(str(policy), remote_responder)
+    try:
+        with _connect(stack) as conn:
+            agent = _after_remote_compaction(conn)
+            _, last = agent.create([_user(story.ROLLBACK_ASK)])
+        sent = json.loads(_frames(stack.fake)[-1].body)
+        assert [t["name"] for t in sent["tools"]] == ["bash"]
+        assert "/gate/spill/spill_" in json.dumps(sent["input"])
+        assert story.rollback_target(agent.calls(last)[0].arguments) == story.REVISION  # listed in the note
+        fb = [e for e in stack.events() if e["kind"] == "recall_fallback"]
+        assert fb and fb[-1]["reason"] == "transport"
+    finally:
+        stack.close()

@@ -32,6 +32,11 @@ body sent verbatim instead of the generated one) and ``status`` (an HTTP error a
 instead, ``text`` its message in the dialect's error body). The default responder echoes:
 ``"echo: <last user text>"``. ``fake.script(r1, r2, ...)`` queues replies used before
 the responder, one per model call (chat, completions, responses, messages).
+A responder can react to the tools it is offered and to the tool results it is given,
+in any dialect: ``call.tools()`` (``[{"name", "description"}]``), ``call.tool(prefix)``
+(the first offered tool whose name starts with ``prefix``), ``call.tool_calls_made()``
+(``(id, name, arguments)`` of every tool call in the history) and
+``call.results_of(name)`` (the text of every result of a call to ``name``, oldest first).
 
 Faults
 ------
@@ -164,6 +169,56 @@ class Call:
                 return [{"role": "user", "content": items}]
             return list(items or [])
         return list(body.get("messages") or [])
+
+    def tools(self) -> list[dict[str, str]]:
+        """The tools offered, as ``{"name", "description"}`` (every dialect's spelling)."""
+        body = self.json if isinstance(self.json, dict) else {}
+        out: list[dict[str, str]] = []
+        for t in body.get("tools") or ():
+            if not isinstance(t, dict):
+                continue
+            spec = t.get("function") if isinstance(t.get("function"), dict) else t
+            if isinstance(spec.get("name"), str):
+                out.append({"name": spec["name"], "description": str(spec.get("description") or "")})
+        return out
+
+    def tool(self, prefix: str) -> dict[str, str] | None:
+        """The first offered tool whose name starts with ``prefix``."""
+        return next((t for t in self.tools() if t["name"].startswith(prefix)), None)
+
+    def tool_calls_made(self) -> list[tuple[str, str, str]]:
+        """``(call id, tool name, arguments JSON)`` of every tool call in the history."""
+        out: list[tuple[str, str, str]] = []
+        for m in self.messages():
+            if not isinstance(m, dict):
+                continue
+            for tc in m.get("tool_calls") or ():  # OpenAI chat
+                fn = tc.get("function") or {}
+                out.append((str(tc.get("id")), str(fn.get("name")), str(fn.get("arguments") or "")))
+            if m.get("type") == "function_call":  # Responses
+                out.append((str(m.get("call_id")), str(m.get("name")), str(m.get("arguments") or "")))
+            if isinstance(m.get("content"), list):  # Anthropic
+                for b in m["content"]:
+                    if isinstance(b, dict) and b.get("type") == "tool_use":
+                        out.append((str(b.get("id")), str(b.get("name")), json.dumps(b.get("input") or {})))
+        return out
+
+    def results_of(self, name: str) -> list[str]:
+        """The text of every result of a call to tool ``name`` (oldest first)."""
+        ids = {cid for cid, n, _ in self.tool_calls_made() if n == name}
+        out: list[str] = []
+        for m in self.messages():
+            if not isinstance(m, dict):
+                continue
+            if m.get("role") == "tool" and m.get("tool_call_id") in ids:
+                out.append(_text_of(m.get("content")))
+            elif m.get("type") == "function_call_output" and m.get("call_id") in ids:
+                out.append(_text_of(m.get("output")))
+            elif isinstance(m.get("content"), list):
+                for b in m["content"]:
+                    if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in ids:
+                        out.append(_text_of(b.get("content")))
+        return out
 
     def last_user_text(self) -> str:
         """Text of the last user message (or the prompt for /v1/completions)."""

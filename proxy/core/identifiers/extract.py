@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_CACHE",
     "Match",
     "ScanCache",
+    "extract_messages",
     "extract_snapshot",
     "extract_text",
     "scan_text",
@@ -446,26 +447,25 @@ def _text_origin(role: str) -> Origin:
     return "assistant"
 
 
-def extract_snapshot(
+def _scan_snapshot(
     snapshot: Snapshot,
-    catalog: Catalog | None = None,
-    *,
-    cache: ScanCache | None = DEFAULT_CACHE,
-    policy: RegenPolicy | None = None,
+    cat: Catalog,
+    cache: ScanCache | None,
+    calls: Sequence[_CallInfo],
+    links: dict[tuple[int, int], _CallInfo],
+    only: frozenset[int] | None = None,
 ) -> list[Identifier]:
-    """Every identifier the model sees in ``snapshot``: system prompt
-    (``message_index == -1``), each textual part of each message, tool definitions
-    (``-2``); with sources linked to their tool calls and regenerability marked
-    (source rule, read-before-write, policy overrides). Ordered by message, part, offset.
-    Binary/opaque parts are never scanned."""
-    cat = catalog or Catalog.load_default()
+    """The identifiers extraction finds in ``snapshot`` before provenance judges them:
+    of every message, or of the messages whose index is in ``only`` (the system prompt
+    is index :data:`SYSTEM_INDEX`, tool definitions :data:`TOOLS_INDEX`)."""
     out: list[Identifier] = []
-    if snapshot.system:
+    if snapshot.system and (only is None or SYSTEM_INDEX in only):
         src = Source(SYSTEM_INDEX, "system", "system")
         out.extend(_to_identifiers(_cached_scan(None, snapshot.system, cat, "", cache), src))
-    calls, links = _link_calls(snapshot, cache)
     call_by_pos = {(c.message_index, c.part_index): c for c in calls}
-    for mi, m in enumerate(snapshot.messages):
+    indexes = range(len(snapshot.messages)) if only is None else sorted(i for i in only if 0 <= i < len(snapshot.messages))
+    for mi in indexes:
+        m = snapshot.messages[mi]
         for pi, p in enumerate(m.parts):
             if p.kind not in TEXTUAL_KINDS or not p.text:
                 continue
@@ -497,10 +497,54 @@ def extract_snapshot(
                 src = Source(mi, m.role, origin, tool_name=p.tool_name, part_index=pi, tool_call_id=p.tool_call_id)
             key: Hashable | None = (m.digest, pi) if m.digest else None
             out.extend(_to_identifiers(_cached_scan(key, p.text, cat, _src_ctx(src), cache), src))
-    for ti, t in enumerate(snapshot.tools):
-        text = "\n".join(x for x in (t.name, t.description, t.schema) if x)
-        src = Source(TOOLS_INDEX, "tool", "tool_def", tool_name=t.name, part_index=ti)
-        out.extend(_to_identifiers(_cached_scan(None, text, cat, "", cache), src))
+    if only is None or TOOLS_INDEX in only:
+        for ti, t in enumerate(snapshot.tools):
+            text = "\n".join(x for x in (t.name, t.description, t.schema) if x)
+            src = Source(TOOLS_INDEX, "tool", "tool_def", tool_name=t.name, part_index=ti)
+            out.extend(_to_identifiers(_cached_scan(None, text, cat, "", cache), src))
+    return out
+
+
+def extract_messages(
+    snapshot: Snapshot,
+    indexes: Iterable[int],
+    catalog: Catalog | None = None,
+    *,
+    cache: ScanCache | None = DEFAULT_CACHE,
+) -> list[Identifier]:
+    """The identifiers of the messages ``indexes`` of ``snapshot`` (with
+    :data:`SYSTEM_INDEX` for the system prompt), as :func:`extract_snapshot` finds them
+    there — the same values at the same places, linked to the same tool calls — but not
+    judged by provenance (which needs the whole history): regenerability is the
+    source/kind default. Only those messages' texts are read."""
+    cat = catalog or Catalog.load_default()
+    only = frozenset(indexes)
+    msgs = snapshot.messages
+    if any(p.kind == "tool_result" for i in only if 0 <= i < len(msgs) for p in msgs[i].parts):
+        calls, links = _link_calls(snapshot, cache)  # a result's call may be anywhere before it
+    else:  # a call's own class is all its part needs
+        calls = [_CallInfo(mi, pi, p.tool_name, p.tool_call_id, _classify_cached(msgs[mi], pi, p, cache))
+                 for mi in sorted(i for i in only if 0 <= i < len(msgs))
+                 for pi, p in enumerate(msgs[mi].parts) if p.kind == "tool_call"]
+        links = {}
+    return _scan_snapshot(snapshot, cat, cache, calls, links, only)
+
+
+def extract_snapshot(
+    snapshot: Snapshot,
+    catalog: Catalog | None = None,
+    *,
+    cache: ScanCache | None = DEFAULT_CACHE,
+    policy: RegenPolicy | None = None,
+) -> list[Identifier]:
+    """Every identifier the model sees in ``snapshot``: system prompt
+    (``message_index == -1``), each textual part of each message, tool definitions
+    (``-2``); with sources linked to their tool calls and regenerability marked
+    (source rule, read-before-write, policy overrides). Ordered by message, part, offset.
+    Binary/opaque parts are never scanned."""
+    cat = catalog or Catalog.load_default()
+    calls, links = _link_calls(snapshot, cache)
+    out = _scan_snapshot(snapshot, cat, cache, calls, links)
     refs = {id(c): CallRef(c.message_index, c.part_index, c.tool_name, c.cls) for c in calls}
     judged = judge(
         snapshot,

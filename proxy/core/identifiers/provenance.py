@@ -59,7 +59,7 @@ from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
 from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
 from .validators import has_opaque_part
 
-__all__ = ["CallRef", "Step", "judge"]
+__all__ = ["CallRef", "Step", "judge", "never_required"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +175,19 @@ def _minted_name(value: str, kind: str, opaque: bool) -> bool:
     suffix), or a URL ending in a number the service assigned (``…/pull/4812``). A
     readable name without either is one the task or the configuration gave (§3b, §3c)."""
     return opaque or (kind == "url" and _NUMBERED.search(value.split("?", 1)[0]) is not None)
+
+
+def never_required(ident: Identifier, binding_of: Callable[[str], str]) -> bool:
+    """Whether no history can make ``ident`` required by the rules of :func:`_decide`: a
+    value with no machine-made part that is noise or a readable name (PRINCIPLES §3b–3d —
+    the agent can name it, or read it, again). 2a needs a handle (not noise, a state or
+    a readable name), 2b a value that is neither a name nor noise, 2c an opaque part.
+    (An occurrence in the gate's own note, 2*, is the caller's to rule out.)"""
+    value = ident.value
+    if has_opaque_part(value):
+        return False
+    klass = binding_of(ident.detector)
+    return klass == "noise" or (klass == "name" and not _minted_name(value, ident.kind, False))
 
 
 def _linked(read: Step, write: Step) -> bool:

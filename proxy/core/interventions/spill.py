@@ -44,3 +44,21 @@ def spill_note(handle: str, bindings: Sequence[Binding], *, url_path: str) -> st
         lines.extend(render_binding_lines(bindings))
     lines.append(SPILL_CLOSE)
     return "\n".join(lines)
+
+
+def recall_note(handle: str, bindings: Sequence[Binding], *, tool: str) -> str:
+    """The spill note when the gate offers its recall tool in the same request: the model
+    reads the region back by calling it (the gate resolves the call itself)."""
+    lines = [
+        SPILL_OPEN,
+        (
+            f"The compaction removed a region of earlier turns. It is stored under handle `{handle}`: "
+            f'call the tool `{tool}` with {{"handle": "{handle}"}} to read it back verbatim '
+            '(add "query" to get only the passages that mention a value).'
+        ),
+    ]
+    if bindings:
+        lines.append("It contains these identifiers that later steps need verbatim:")
+        lines.extend(render_binding_lines(bindings))
+    lines.append(SPILL_CLOSE)
+    return "\n".join(lines)

@@ -467,7 +467,7 @@ class ToolCallStreamGuard:
         item_id = f"msg_compaction_gate_{index}"
         part = {"type": "output_text", "text": text, "annotations": []}
         done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        events = _message_events(done_item, index)
+        events = message_item_events(done_item, index)
         self._replaced[str(call.get("id"))] = done_item
         if self._resp_hold_seq is not None and self._resp_last_seq is not None:
             base = self._resp_hold_seq
@@ -505,7 +505,7 @@ class ToolCallStreamGuard:
         item_id = f"msg_compaction_gate_{index}"
         part = {"type": "output_text", "text": text, "annotations": []}
         done_item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        events = _message_events(done_item, index)
+        events = message_item_events(done_item, index)
         if self._resp_last_seq is not None:  # the stream numbers its events: continue
             base = self._resp_last_seq + self._resp_shift  # the final event's number as sent
             for k, e in enumerate(events):
@@ -518,7 +518,7 @@ class ToolCallStreamGuard:
         return [render_event(e, e["type"]) for e in events]
 
 
-def _message_events(done_item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+def message_item_events(done_item: dict[str, Any], index: int) -> list[dict[str, Any]]:
     """The stream events of a complete assistant message item at ``index``."""
     part = done_item["content"][0]
     at = {"item_id": done_item["id"], "output_index": index, "content_index": 0}
