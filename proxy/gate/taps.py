@@ -17,6 +17,7 @@ from ..core.interventions.bindings import Binding
 from ..core.interventions.summary import (
     SummaryApi,
     SummaryStreamPatcher,
+    event_text,
     message_item_text,
     missing_bindings,
     patch_summary_json,
@@ -184,18 +185,16 @@ class GateTap:
         obj = parse_event(raw).json()
         if not isinstance(obj, dict):
             return
-        if self.api == "chat":
-            for ch in obj.get("choices") or ():
-                c = (ch.get("delta") or {}).get("content")
-                if isinstance(c, str):
-                    self._text.append(c)
-        elif self.api == "responses":
-            if obj.get("type") == "response.output_text.delta":
-                self._text.append(str(obj.get("delta", "")))
-            elif obj.get("type") == "response.output_item.done" and not self._text and isinstance(obj.get("item"), dict):
-                self._text.append(message_item_text(obj["item"]))  # a stream without text deltas
-        elif obj.get("type") == "content_block_delta" and (obj.get("delta") or {}).get("type") == "text_delta":
-            self._text.append(str(obj["delta"].get("text", "")))
+        text = event_text(self.api, obj)
+        if text:
+            self._text.append(text)
+        elif (
+            self.api == "responses"
+            and obj.get("type") == "response.output_item.done"
+            and not self._text
+            and isinstance(obj.get("item"), dict)
+        ):
+            self._text.append(message_item_text(obj["item"]))  # a stream without text deltas
 
     def finish(self) -> list[bytes]:
         if self._broken:

@@ -210,20 +210,20 @@ def shutdown_error() -> ProxyError:
     )
 
 
-def close_tap(tap: ResponseTap | None, reason: str, rec: RequestRecord, secret: str | None) -> None:
-    if tap is None:
+def _close(part: ResponseTap | Rounds | None, where: str, reason: str, rec: RequestRecord, secret: str | None) -> None:
+    if part is None:
         return
     try:
-        tap.closed(reason)
+        part.closed(reason)
     except Exception as exc:  # noqa: BLE001
-        log_gate_failure("tap.closed", exc, secret, rec)
+        log_gate_failure(where, exc, secret, rec)
+
+
+def close_tap(tap: ResponseTap | None, reason: str, rec: RequestRecord, secret: str | None) -> None:
+    """End a response tap abnormally (see :class:`~proxy.server.hooks.ResponseTap`)."""
+    _close(tap, "tap.closed", reason, rec, secret)
 
 
 def close_rounds(rounds: Rounds | None, reason: str, rec: RequestRecord, secret: str | None) -> None:
     """End a decision's rounds abnormally (see :class:`~proxy.server.hooks.Rounds`)."""
-    if rounds is None:
-        return
-    try:
-        rounds.closed(reason)
-    except Exception as exc:  # noqa: BLE001
-        log_gate_failure("rounds.closed", exc, secret, rec)
+    _close(rounds, "rounds.closed", reason, rec, secret)

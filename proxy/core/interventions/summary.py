@@ -73,6 +73,24 @@ def response_text(api: SummaryApi, body: Any) -> str:
     return "\n".join(chunks)
 
 
+def event_text(api: SummaryApi, obj: dict[str, Any]) -> str:
+    """The assistant text one parsed SSE event adds: its dialect's text delta (``""``
+    when it adds none)."""
+    if api == "chat":
+        chunks = []
+        for ch in obj.get("choices") or ():
+            content = ((ch or {}).get("delta") or {}).get("content") if isinstance(ch, dict) else None
+            if isinstance(content, str):
+                chunks.append(content)
+        return "".join(chunks)
+    if api == "responses":
+        return str(obj.get("delta", "")) if obj.get("type") == "response.output_text.delta" else ""
+    delta = obj.get("delta")
+    if obj.get("type") == "content_block_delta" and isinstance(delta, dict) and delta.get("type") == "text_delta":
+        return str(delta.get("text", ""))
+    return ""
+
+
 def _append_json(api: SummaryApi, body: dict[str, Any], section: str) -> None:
     if api == "chat":
         choices = body.get("choices") or []

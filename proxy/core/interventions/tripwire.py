@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from .reject import HALLUCINATION_CODE
 from .sse import SSEEvent, parse_event, render_event
+from .summary import event_text
 from .text_actions import SUGGESTED, commands_in_text
 
 #: ``text -> [(value, norm, kind), ...]`` — the identifier catalogue, injected.
@@ -328,10 +329,9 @@ class ToolCallStreamGuard:
         if not self._chat_meta:
             self._chat_meta = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
         finish = False
+        self._text.append(event_text("chat", obj))
         for ch in obj["choices"]:
             delta = (ch or {}).get("delta") or {}
-            if isinstance(delta.get("content"), str) and not (ch or {}).get("index"):
-                self._text.append(delta["content"])
             for tc in delta.get("tool_calls") or ():
                 slot = self._chat_calls.setdefault(int(tc.get("index", 0)), ["", "", None])
                 fn = tc.get("function") or {}
@@ -364,11 +364,8 @@ class ToolCallStreamGuard:
         typ = (obj.get("type") if isinstance(obj, dict) else None) or ev.event
         if not isinstance(obj, dict):
             return self._pass_or_hold(ev.raw)
-        raw_delta = obj.get("delta")
-        text_delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
-        if typ == "content_block_delta" and text_delta.get("type") == "text_delta":
-            self._text.append(str(text_delta.get("text", "")))
-        elif typ == "message_delta":
+        self._text.append(event_text("messages", obj))
+        if typ == "message_delta":
             self._check_text()
         if typ == "content_block_start":
             idx = int(obj.get("index", 0))
@@ -428,9 +425,8 @@ class ToolCallStreamGuard:
         if typ in _RESPONSES_FINAL and self._replaced:
             self._replace_in_final(obj)
             ev = SSEEvent(render_event(obj, ev.event), ev.event, None)
-        if typ == "response.output_text.delta":
-            self._text.append(str(obj.get("delta", "")))
-        elif typ in _RESPONSES_FINAL:
+        self._text.append(event_text("responses", obj))
+        if typ in _RESPONSES_FINAL:
             self._check_text()
         if typ in _RESPONSES_FINAL and self._notes and not self._holding:
             return [*self._responses_note(obj), render_event(obj, ev.event)]
