@@ -132,8 +132,6 @@ def tools_text(tools: tuple[ToolDef, ...]) -> str:
 #: Above this many characters a part's text is hashed by itself rather than copied into
 #: one joined buffer (hashlib releases the GIL while it hashes a large buffer).
 _HASH_ALONE = 1 << 16
-#: Characters encoded per step when hashing a large text.
-_HASH_SLICE = 1 << 18
 
 
 def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
@@ -165,11 +163,7 @@ def _digest_of_large(role: str, parts: Sequence[Part], name: str | None) -> str:
     h.update(role.encode() + b"\x00" + (name or "").encode())
     for p in parts:
         h.update(b"\x01" + p.kind.encode() + b"\x00")
-        text = p.text
-        # encoded a slice at a time (each code point encodes on its own, so the bytes
-        # are the same): one encode of 10 MB holds the GIL for tens of milliseconds
-        for at in range(0, len(text), _HASH_SLICE):
-            h.update(text[at : at + _HASH_SLICE].encode("utf-8", "surrogatepass"))
+        h.update(p.text.encode("utf-8", "surrogatepass"))
         h.update(
             b"\x00"
             + (p.tool_name or "").encode()
