@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.messages import Message, Part, make_message
-from proxy.core.redaction import redact_secrets
+from proxy.core.redaction import apply_spans
+from proxy.state.offload import spans_of
 
 __all__ = [
     "COMPACTION_KINDS",
@@ -41,8 +42,9 @@ COMPACTION_KINDS = frozenset({"compacted", "summarize", "truncate", "mask", "edi
 
 
 def stored_text(text: str) -> str:
-    """``text`` as it may be written to a store: its secrets redacted."""
-    return redact_secrets(text)
+    """``text`` as it may be written to a store: its secrets redacted (a very long text
+    scanned in a process of its own, :mod:`proxy.state.offload`)."""
+    return apply_spans(text, spans_of(text))
 
 
 #: Metadata fields that are numbers (or ``None``): never redacted.
