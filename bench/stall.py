@@ -285,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
             urls.append(q.get(timeout=60))
         if args.trace:
             os.makedirs(args.trace, exist_ok=True)
+        # not daemonic, as ``compaction-gate serve`` is not: the proxy may start a worker
+        # process of its own (proxy.state.offload)
         p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir,
-                                                  args.trace), daemon=True)
+                                                  args.trace), daemon=False)
         p.start()
         procs.append(p)
         url, pid = q.get(timeout=120)

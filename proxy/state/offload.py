@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 from proxy.core.redaction import secret_spans
@@ -39,8 +40,18 @@ _pool: ProcessPoolExecutor | None = None
 
 
 def _worker_init() -> None:
+    """In the worker: a lower priority, and an exit as soon as the server is gone (a
+    server killed by a signal leaves no worker behind)."""
     with contextlib.suppress(OSError):  # not permitted: run at the same priority
         os.nice(WORKER_NICE)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="cg-offload-orphan", daemon=True).start()
 
 
 def _executor() -> ProcessPoolExecutor:
@@ -63,8 +74,11 @@ def _discard(pool: ProcessPoolExecutor) -> None:
 
 
 def _can_spawn() -> bool:
-    """Whether a spawned worker can start: it re-imports the main module, which must then
-    be a module or an existing file (not ``python -`` reading stdin)."""
+    """Whether a spawned worker can start: not from a daemonic ``multiprocessing``
+    process (which may have no children), and the worker re-imports the main module,
+    which must then be a module or an existing file (not ``python -`` reading stdin)."""
+    if multiprocessing.current_process().daemon:
+        return False
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     return getattr(main, "__spec__", None) is not None or path is None or os.path.exists(path)
