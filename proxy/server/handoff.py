@@ -58,6 +58,7 @@ class Dispatcher:
         """A new channel for worker ``index`` (started or restarted); returns the fd
         the worker inherits (the caller closes it once the worker is started)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setblocking(False)  # a worker that does not read (starting, stuck) is skipped
         with self._lock:
             old, self.channels[index] = self.channels[index], ours
         if old is not None:
@@ -107,7 +108,7 @@ class Dispatcher:
                     socket.send_fds(ch, [b"c"], [conn.fileno()])
                     return
                 except OSError:
-                    continue  # that worker is gone: the next one
+                    continue  # that worker is gone, or its channel is full: the next one
         log.warning("no worker to take a connection; closing it")
 
 
