@@ -3,6 +3,8 @@ reassembly, the tripwire and the recall rounds)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,7 +15,7 @@ names = st.from_regex(r"[a-z][a-z_]{0,15}", fullmatch=True)
 
 def _cuts(text: str, points: list[int]) -> list[str]:
     at = sorted({0, len(text), *(p % (len(text) + 1) for p in points)})
-    return [text[a:b] for a, b in zip(at, at[1:])] or [""]
+    return [text[a:b] for a, b in pairwise(at)] or [""]
 
 
 @given(
