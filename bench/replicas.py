@@ -19,19 +19,32 @@ ratios: throughput of ``--workers 2`` over ``--workers 1`` (goal: at least 1.7x 
 2-core machine) and Redis's added p50 over SQLite's (goal: at most 1.3x).
 
 Nothing is pinned: two workers need both cores, and the client and the fake upstream
-share them (on a 2-core machine the harness competes with the servers; the figures
-say what this machine does, not what a server with the agents elsewhere would).
+share them. So by default the harness is :mod:`bench.wire`'s (raw HTTP/1.1, one
+keep-alive connection per agent, an upstream that answers without parsing), which
+costs ~0.3-0.5 ms of CPU per request where ``bench.load``'s aiohttp client and the
+project's ``FakeUpstream`` cost ~3.5 ms — as much as the gate itself, which capped
+``--workers 2`` at ~1x on 2 cores whatever the gate did (``--harness aiohttp`` for
+that harness). The lean harness also gives, per target, the CPU milliseconds per
+request of the server processes (supervisor and workers), of redis-server, of the fake
+upstream and of the client, each counted over the target's own rounds; from them the
+throughput the machine's CPUs allow ``--workers 2`` (every process of its rounds
+counted, CPU-bound, perfectly balanced) as a multiple of what ``--workers 1``
+measured, and the server CPU per request of one worker over two.
 
 Run:  python -m bench.replicas [--agents 8 32] [--requests 20] [--size 100] [--repeat 3]
+                               [--harness lean|aiohttp]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import multiprocessing as mp
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -46,7 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
-from bench.load import pct, run_all, start
+from bench.load import SETTLE_SECONDS, Agent, cpu_seconds, pct, run_all, start
+from bench.wire import Connection, upstream_process
 from tests.support.redis_server import RedisServer, free_port
 
 TARGETS = ("sqlite-w1", "sqlite-w2", "redis-w1", "redis-w2")
@@ -96,14 +110,101 @@ def _figures(lat: list[float], busy: float, direct_p50: float) -> dict[str, floa
     return {"rps": len(lat) / busy, "p50": p50, "p99": p99, "added_p50": p50 - direct_p50, "added_p99": p99 - direct_p50}
 
 
-def measure(targets: dict[str, str], agents: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its children (the workers of ``--workers N``)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid, *(int(x) for x in out)]
+
+
+def _cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += cpu_seconds(pid)
+    return total
+
+
+async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int]]], agents: int,
+                      args: argparse.Namespace, seed: int) -> dict[str, dict[str, Any]]:
+    """``bench.load.run_all``'s interleaved rounds on the lean harness (:mod:`bench.wire`):
+    one keep-alive connection per agent, as an agent holds it. Per target the measured
+    latencies, the time the rounds took, and CPU seconds per group of processes
+    (``cpu[name]``: ``server``, ``redis``, ``fake``; plus ``client``, this process),
+    each counted from the start of the target's round to the end of its pause."""
+    headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
+    pops = {name: [Agent(seed * 1000 + a, args.size) for a in range(agents)] for name in targets}
+    conns = {name: [Connection(*_host_port(url), headers) for _ in range(agents)] for name, url in targets.items()}
+    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}} for name in targets}
+    rng = random.Random(seed)
+
+    async def one(c: Connection, agent: Agent, body: bytes) -> float:
+        t0 = time.perf_counter()
+        status, data = await c.post("/v1/chat/completions", body)
+        dt = time.perf_counter() - t0
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {data[:200]!r}")
+        agent.take(data)
+        return dt
+
+    gc.collect()
+    gc.disable()  # the client's own GC pauses would land on whichever request is in flight
+    try:
+        for k in range(args.warmup + args.requests):
+            if k == args.warmup:
+                await asyncio.sleep(SETTLE_SECONDS)  # the warm-up's deferred writes land
+            order = list(targets)
+            rng.shuffle(order)
+            for name in order:
+                bodies = [a.next_body() for a in pops[name]]
+                groups = cpu[name]
+                c0 = {g: _cpu(p) for g, p in groups.items()}
+                me0 = time.process_time()
+                t0 = time.perf_counter()
+                dts = await asyncio.gather(*[one(c, a, b) for c, a, b in zip(conns[name], pops[name], bodies, strict=True)])
+                busy = time.perf_counter() - t0
+                me = time.process_time() - me0
+                await asyncio.sleep(args.gap)
+                if k >= args.warmup:
+                    o = out[name]
+                    o["lat"].extend(dts)
+                    o["busy"] += busy
+                    for g, p in groups.items():
+                        o["cpu"][g] = o["cpu"].get(g, 0.0) + _cpu(p) - c0[g]
+                    o["cpu"]["client"] = o["cpu"].get("client", 0.0) + me
+    finally:
+        gc.enable()
+        for cs in conns.values():
+            for c in cs:
+                c.close()
+    return out
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, _, port = url.removeprefix("http://").partition(":")
+    return host, int(port)
+
+
+def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
+            cpu: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, float]]:
     """Median figures over ``args.repeat`` interleaved runs, each with fresh agents."""
     runs: list[dict[str, dict[str, float]]] = []
     for rep in range(args.repeat):
         seed = 7000 + agents * 100 + rep
-        got = asyncio.run(run_all(targets, args.size, agents, args.requests, args.warmup, seed, gap=args.gap))
-        direct = pct(got["direct"][0], 50)
-        runs.append({name: _figures(lat, busy, direct) for name, (lat, busy, _) in got.items()})
+        if args.harness == "lean":
+            got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed))
+            direct = pct(got["direct"]["lat"], 50)
+            run = {}
+            for name, o in got.items():
+                f = _figures(o["lat"], o["busy"], direct)
+                n = len(o["lat"])
+                for g in ("server", "redis", "fake", "client"):
+                    f[f"cpu_{g}"] = o["cpu"].get(g, 0.0) / n
+                run[name] = f
+            runs.append(run)
+        else:
+            got2 = asyncio.run(run_all(targets, args.size, agents, args.requests, args.warmup, seed, gap=args.gap))
+            direct = pct(got2["direct"][0], 50)
+            runs.append({name: _figures(lat, busy, direct) for name, (lat, busy, _) in got2.items()})
     return {name: {k: statistics.median(r[name][k] for r in runs) for k in runs[0][name]} for name in targets}
 
 
@@ -114,9 +215,16 @@ def _ratio(a: float, b: float) -> float:
 def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
     print(f"\n{agents} agents, ~history messages per request as given, medians of the repeats:")
     print(f"  {'target':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'added p99':>10}")
+    cpu = "cpu_server" in next(iter(res.values()))
+    if cpu:
+        print(f"  {'':10} {'':8} {'':8} {'':8} {'':10} {'':10}   CPU ms per request: "
+              f"{'server':>7} {'redis':>6} {'fake':>6} {'client':>6}")  # fmt: skip
     for name, f in res.items():
-        print(f"  {name:10} {f['rps']:8.1f} {f['p50'] * 1e3:8.2f} {f['p99'] * 1e3:8.2f} "
-              f"{f['added_p50'] * 1e3:10.2f} {f['added_p99'] * 1e3:10.2f}")  # fmt: skip
+        line = (f"  {name:10} {f['rps']:8.1f} {f['p50'] * 1e3:8.2f} {f['p99'] * 1e3:8.2f} "
+                f"{f['added_p50'] * 1e3:10.2f} {f['added_p99'] * 1e3:10.2f}")  # fmt: skip
+        if cpu:
+            line += f"   {'':20}{f['cpu_server'] * 1e3:7.2f} {f['cpu_redis'] * 1e3:6.2f} {f['cpu_fake'] * 1e3:6.2f} {f['cpu_client'] * 1e3:6.2f}"
+        print(line)
     ratios = {
         "sqlite w2/w1 rps": _ratio(res["sqlite-w2"]["rps"], res["sqlite-w1"]["rps"]),
         "redis w2/w1 rps": _ratio(res["redis-w2"]["rps"], res["redis-w1"]["rps"]),
@@ -128,6 +236,19 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
     for k, v in ratios.items():
         goal = "goal >= 1.7" if "rps" in k else "goal <= 1.3"
         print(f"    {k:30} {v:6.2f}x   ({goal})")
+    if cpu:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        print(f"  what {cpus} CPUs allow (every process of a round counted; CPU-bound, perfectly balanced):")
+        for b in ("sqlite", "redis"):
+            w1, w2 = res[f"{b}-w1"], res[f"{b}-w2"]
+            total = sum(w2[f"cpu_{g}"] for g in ("server", "redis", "fake", "client"))
+            harness = w2["cpu_fake"] + w2["cpu_client"]
+            ceiling = cpus / total if total > 0 else float("nan")
+            ratios[f"{b} w2/w1 rps ceiling"] = _ratio(ceiling, w1["rps"])
+            ratios[f"{b} w1/w2 server CPU per request"] = _ratio(w1["cpu_server"], w2["cpu_server"])
+            print(f"    {b}: w2 at most {ceiling:6.1f} req/s = {_ratio(ceiling, w1['rps']):4.2f}x w1's measured; "
+                  f"server CPU per request w1/w2 {_ratio(w1['cpu_server'], w2['cpu_server']):4.2f}x; "
+                  f"harness {harness * 1e3:.2f} ms of {total * 1e3:.2f} ms per request")  # fmt: skip
     return ratios
 
 
@@ -138,7 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured requests per agent first (default 2)")
     ap.add_argument("--size", type=int, default=100, help="history messages at the start (default 100)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per level; figures are medians (default 3)")
+    ap.add_argument("--settle", type=float, default=5.0, help="pause after the servers start, s (default 5)")
     ap.add_argument("--gap", type=float, default=0.025, help="pause after each target's round, s (default 0.025)")
+    ap.add_argument("--harness", choices=("lean", "aiohttp"), default="lean",
+                    help="lean: bench.wire's raw HTTP client and upstream, with CPU per request "
+                         "(default); aiohttp: bench.load's client and the project's FakeUpstream")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
     if not shutil.which("redis-server") and not Path("/usr/bin/redis-server").exists():
@@ -148,7 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     mp.set_start_method("spawn", force=True)
     workdir = Path(tempfile.mkdtemp(prefix="cg-bench-replicas-"))
     redis = RedisServer(workdir / "redis").start()
-    fake_proc, fake = start("fake", "", str(workdir))
+    if args.harness == "lean":
+        q: Any = mp.Queue()
+        fake_proc = mp.Process(target=upstream_process, args=(q,), daemon=True)
+        fake_proc.start()
+        fake = q.get(timeout=60)
+    else:
+        fake_proc, fake = start("fake", "", str(workdir))
     procs: list[subprocess.Popen[bytes]] = []
     try:
         targets = {"direct": fake}
@@ -156,9 +287,16 @@ def main(argv: list[str] | None = None) -> int:
             proc, url = _serve(name, fake, redis.url, workdir)
             procs.append(proc)
             targets[name] = url
+        assert fake_proc.pid is not None and redis.proc is not None
+        cpu = {"direct": {"fake": [fake_proc.pid]}}
+        for name, proc in zip(TARGETS, procs, strict=True):
+            cpu[name] = {"server": _tree(proc.pid), "fake": [fake_proc.pid]}
+            if name.startswith("redis"):
+                cpu[name]["redis"] = [redis.proc.pid]
+        time.sleep(args.settle)  # the servers' start-up work (tokenizer, catalog) off the measure
         print(f"cpus: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.2f}  "
               f"history ~{args.size} messages, {args.requests} measured requests per agent, {args.repeat} repeats")  # fmt: skip
-        results = {n: measure(targets, n, args) for n in args.agents}
+        results = {n: measure(targets, n, args, cpu) for n in args.agents}
         ratios = {n: report(n, r) for n, r in results.items()}
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
         if args.json:

@@ -397,7 +397,17 @@ class LineageIndex:
         ids = ns.by_system.get(probe.system_hash)
         if not ids:
             return None
-        return max((self._hist[c] for c in ids), key=lambda h: h.last_seen)
+        if len(ids) == 1 or not probe.text_lines:
+            return max((self._hist[c] for c in ids), key=lambda h: h.last_seen)
+        # Several conversations share the system prompt (two agents of one kind, one
+        # tenant): the one whose lines the request repeats (a kept message, a quoted
+        # line) is the one it continues; only without such evidence the latest seen.
+        hits = dict.fromkeys(ids, 0)
+        for fp in probe.text_lines:
+            for cid in ns.lines.get(fp, ()):
+                if cid in hits:
+                    hits[cid] += 1
+        return max((self._hist[c] for c in ids), key=lambda h: (hits[h.conversation_id], h.last_seen))
 
 
 def _sample(digests: tuple[str, ...]) -> Iterable[str]:

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Collection
 from functools import lru_cache
 
-from .identifiers.catalog import Catalog
+from .identifiers.catalog import Catalog, Rule, default_catalog_loaded, default_rules_where
 from .identifiers.extract import scan_text
 
 __all__ = ["apply_spans", "has_secret", "placeholder", "redact_secrets", "secret_spans", "sensitive_only"]
@@ -35,18 +35,18 @@ def placeholder(kind: str) -> str:
     return f"[redacted:{kind}]"
 
 
+def _unfiltered(rule: Rule) -> Rule:
+    """A sensitive ``rule`` without its placeholder / word / … filters (``raw`` differs so
+    that the catalog's fingerprint, an extraction cache key, does)."""
+    return dataclasses.replace(
+        rule, filters=(), filter_names=(), filter_rx=None, filter_fns=(), raw=rule.raw + "\n#unfiltered"
+    )
+
+
 @lru_cache(maxsize=16)
 def _for_redaction(catalog: Catalog) -> Catalog:
-    """``catalog`` with its sensitive rules unfiltered (no placeholder / word / … filter)."""
-    unfiltered = dataclasses.replace
-    rules = tuple(
-        # (``raw`` differs so that the catalog's fingerprint, an extraction cache key, does)
-        unfiltered(r, filters=(), filter_names=(), filter_rx=None, filter_fns=(), raw=r.raw + "\n#unfiltered")
-        if r.sensitive
-        else r
-        for r in catalog.rules
-    )
-    return Catalog(rules, catalog.allowlist)
+    """``catalog`` with its sensitive rules unfiltered."""
+    return Catalog(tuple(_unfiltered(r) if r.sensitive else r for r in catalog.rules), catalog.allowlist)
 
 
 @lru_cache(maxsize=16)
@@ -54,9 +54,18 @@ def _sensitive_only(catalog: Catalog) -> Catalog:
     return Catalog(tuple(r for r in _for_redaction(catalog).rules if r.sensitive), catalog.allowlist)
 
 
+@lru_cache(maxsize=1)
+def _default_sensitive() -> Catalog:
+    return Catalog(tuple(_unfiltered(r) for r in default_rules_where(lambda raw: bool(raw.get("sensitive")))))
+
+
 def sensitive_only(catalog: Catalog | None = None) -> Catalog:
-    """The sensitive rules of ``catalog`` (default: the shipped detectors), unfiltered."""
-    return _sensitive_only(catalog or Catalog.load_default())
+    """The sensitive rules of ``catalog`` (default: the shipped detectors), unfiltered.
+    The default is built from the sensitive rules alone while the whole shipped catalogue
+    is not compiled yet (a process's first log line does not wait for 78 rules)."""
+    if catalog is None:
+        return _sensitive_only(Catalog.load_default()) if default_catalog_loaded() else _default_sensitive()
+    return _sensitive_only(catalog)
 
 
 #: Texts longer than this are scanned in windows of this many characters, overlapping
@@ -67,14 +76,14 @@ WINDOW = 1 << 18
 OVERLAP = 1 << 15
 
 
-def _window_spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
+def _window_spans(text: str, catalog: Catalog | None) -> list[tuple[int, int, str, str]]:
     if not text or not scan_text(text, sensitive_only(catalog)):
         return []
-    full = _for_redaction(catalog)
+    full = _for_redaction(catalog or Catalog.load_default())
     return [(m.start, m.end, m.kind, m.value) for m in scan_text(text, full) if m.sensitive]
 
 
-def _spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
+def _spans(text: str, catalog: Catalog | None) -> list[tuple[int, int, str, str]]:
     """Sensitive spans ``(start, end, kind, value)`` of ``text``, outermost first."""
     if len(text) <= WINDOW:
         found = _window_spans(text, catalog)
@@ -95,14 +104,14 @@ def _spans(text: str, catalog: Catalog) -> list[tuple[int, int, str, str]]:
 
 def has_secret(text: str, catalog: Catalog | None = None) -> bool:
     """Whether ``text`` holds anything the gate treats as a secret."""
-    return bool(_spans(text, catalog or Catalog.load_default()))
+    return bool(_spans(text, catalog))
 
 
 def secret_spans(text: str, catalog: Catalog | None = None) -> list[tuple[int, int, str, str]]:
     """The secrets in ``text`` as ``(start, end, kind, value)``, in order, none nested:
     what :func:`redact_secrets` replaces (the costly part, for a caller that runs it
     elsewhere and applies the result with :func:`apply_spans`)."""
-    return _spans(text, catalog or Catalog.load_default())
+    return _spans(text, catalog)
 
 
 def redact_secrets(text: str, catalog: Catalog | None = None, *, keep: Collection[str] = ()) -> str:

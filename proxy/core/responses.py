@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.chat_calls import ChatToolCalls
 from proxy.core.messages import (
     Message,
     MessageFormatError,
@@ -194,7 +195,7 @@ class StreamAssembler:
         # chat
         self._text: list[str] = []
         self._refusal: list[str] = []
-        self._tools: dict[int, dict[str, Any]] = {}
+        self._tools = ChatToolCalls()
         # anthropic
         self._blocks: dict[int, dict[str, Any]] = {}
         self._a_usage: dict[str, Any] = {}
@@ -240,15 +241,7 @@ class StreamAssembler:
                 self._text.append(delta["content"])
             if isinstance(delta.get("refusal"), str):
                 self._refusal.append(delta["refusal"])
-            for tc in delta.get("tool_calls") or ():
-                slot = self._tools.setdefault(int(tc.get("index", 0)), {"id": None, "name": None, "args": []})
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                fn = tc.get("function") or {}
-                if fn.get("name"):
-                    slot["name"] = fn["name"]
-                if isinstance(fn.get("arguments"), str):
-                    slot["args"].append(fn["arguments"])
+            self._tools.add(delta)
             if ch.get("finish_reason"):
                 self.stop_reason = ch["finish_reason"]
                 self.done = True
@@ -322,10 +315,7 @@ class StreamAssembler:
             elif self._refusal:
                 raw["content"] = "".join(self._refusal)
             if self._tools:
-                raw["tool_calls"] = [
-                    {"id": t["id"], "type": "function", "function": {"name": t["name"], "arguments": "".join(t["args"])}}
-                    for _, t in sorted(self._tools.items())
-                ]
+                raw["tool_calls"] = self._tools.as_message_field()
             if not raw:
                 return None
             msgs = _chat_message(raw)

@@ -19,7 +19,7 @@ from proxy.core.markers import Markers, fold
 from proxy.core.messages import Message, Snapshot
 from proxy.gate.normalize import text_hash
 
-__all__ = ["LineMemory", "RequestHints"]
+__all__ = ["MAX_LINES", "LineMemory", "RequestHints"]
 
 _SUMMARY_WORDS = r"(?:summari[sz]e|summary|summarization|condense|compact(?:ion)?)"
 _HISTORY_WORDS = r"(?:conversation|history|transcript|chat|messages|discussion|session|context|dialogue)"
@@ -29,7 +29,8 @@ _GENERIC_SUMMARY = re.compile(
 _MAX_HINTS = 4096
 #: Responses item types that are never an agent's marker (skipped quickly).
 _COMMON_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
-_MAX_LINES = 50_000
+#: Messages whose line fingerprints :class:`LineMemory` keeps.
+MAX_LINES = 50_000
 
 
 class RequestHints:
@@ -133,7 +134,7 @@ class LineMemory:
         if fps is None:
             fps = line_fingerprints(msg.text, max_lines=64) if msg.parts else frozenset()
             self._lines[msg.digest] = fps
-            if len(self._lines) > _MAX_LINES:
+            if len(self._lines) > MAX_LINES:
                 self._lines.popitem(last=False)
         return fps
 

@@ -26,12 +26,12 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING
 
 from proxy.core.lineage import History, LineageIndex
-from proxy.core.messages import Snapshot
-from proxy.gate.hints import LineMemory
+from proxy.core.messages import Message, Snapshot
+from proxy.gate.hints import MAX_LINES, LineMemory
 from proxy.gate.hot import HotHistories
 from proxy.gate.ledger import PendingCount
 from proxy.gate.observation import Observation
@@ -143,10 +143,15 @@ class ReplicaSync:
         rep.cursors.clear()
         rep.seen.clear()
         rep.reload.clear()
+        rep.unlined.clear()
+        rep.unlined_count = 0
 
     # -- sync
 
-    async def _sync(self, tenant: str, namespace: str) -> None:
+    async def _sync(self, tenant: str, namespace: str, *, lines: bool = False) -> None:
+        """Apply what other processes changed in ``namespace``. ``lines``: the request
+        is matched by its text lines too: index the lines of every synced message first
+        (else that waits, see :meth:`_remember_synced_lines`)."""
         rep = self._replica
         assert rep is not None
         reload = rep.reload.pop(namespace, set())
@@ -166,6 +171,20 @@ class ReplicaSync:
             msgs = await self.store.conversation_messages(rec, digests)
             if self._recs.get(rec.id) is rec:
                 self.lines.remember(self.index, rec.id, tuple(msgs[d] for d in digests if d in msgs))
+        if lines:
+            self._remember_synced_lines()
+
+    def _remember_synced_lines(self) -> None:
+        """Index the text lines of the messages synced so far (only a short request,
+        matched by its lines, needs them: until one comes they wait, unparsed, as many
+        as :class:`~proxy.gate.hints.LineMemory` keeps)."""
+        rep = self._replica
+        assert rep is not None
+        while rep.unlined:
+            cid, msgs, tail = rep.unlined.popleft()
+            if cid in self._recs:
+                self.lines.remember(self.index, cid, tuple(msgs[d] for d in tail))
+        rep.unlined_count = 0
 
     def _adopt(self, ch: Changed) -> tuple[str, ...]:
         """Make the cache hold the stored state ``ch`` describes; returns the digests of
@@ -213,7 +232,7 @@ class ReplicaSync:
         hot = self._hot.get(cid)
         msgs = ch.messages
         if msgs is not None and ch.tail:
-            self.lines.remember(self.index, cid, tuple(msgs[d] for d in ch.tail))
+            self._replica_unlined(cid, msgs, ch.tail)
         if hot is None:
             return
         same_frame = old is not None and (old.system_hash, old.tools_hash, old.dialect) == (
@@ -229,6 +248,16 @@ class ReplicaSync:
         hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: ch.keep] + tail, base.tools, new.model)
         del hot.cum[ch.keep + 1 :]
 
+    def _replica_unlined(self, cid: str, msgs: Mapping[str, Message], tail: tuple[str, ...]) -> None:
+        """Keep the synced ``tail`` of ``cid`` for :meth:`_remember_synced_lines` (the
+        oldest dropped beyond what the line memory keeps)."""
+        rep = self._replica
+        assert rep is not None
+        rep.unlined.append((cid, msgs, tail))
+        rep.unlined_count += len(tail)
+        while rep.unlined_count > MAX_LINES and len(rep.unlined) > 1:
+            rep.unlined_count -= len(rep.unlined.popleft()[2])
+
     def _drop(self, cid: str) -> None:
         """Forget ``cid`` (a refused or unknown commit); read it again at the next sync."""
         rec = self._recs.pop(cid, None)
@@ -240,9 +269,10 @@ class ReplicaSync:
             if rec is not None and rec.etag:
                 rep.reload.setdefault(rec.namespace, set()).add(cid)
 
-    async def _wait_turn(self, tenant: str, namespace: str, cid: str) -> bool:
+    async def _wait_turn(self, tenant: str, namespace: str, cid: str, *, lines: bool = False) -> bool:
         """Wait for the commit of ``cid`` in progress here, if any; ``True`` when there
-        was one (then the cache was synced again: match again)."""
+        was one (then the cache was synced again: match again). ``lines``: as for
+        :meth:`_sync`."""
         rep = self._replica
         assert rep is not None
         busy = rep.busy(cid)
@@ -250,7 +280,7 @@ class ReplicaSync:
             return False
         with contextlib.suppress(Exception):
             await asyncio.shield(busy)
-        await self._sync(tenant, namespace)
+        await self._sync(tenant, namespace, lines=lines)
         return True
 
     def _taken(self) -> Container[str]:

@@ -372,7 +372,7 @@ class Tracker(ReplicaSync):
         if lines:
             self.settle_all()  # line matching sees every recorded request's lines
         if self._replica is not None:
-            await self._sync(ex.tenant, namespace)  # what the other processes changed
+            await self._sync(ex.tenant, namespace, lines=bool(lines))  # what the other processes changed
         reused_from = norm.reused_from if norm.reused_from not in self._resynced else None
         probe = Probe(
             namespace,
@@ -390,7 +390,7 @@ class Tracker(ReplicaSync):
         for _attempt in range(MAX_MATCHES):
             m = match(self.index, probe)
             cid = m.conversation_id
-            if cid is not None and self._replica is not None and await self._wait_turn(ex.tenant, namespace, cid):
+            if cid is not None and self._replica is not None and await self._wait_turn(ex.tenant, namespace, cid, lines=bool(lines)):
                 continue  # another request of the conversation was being committed
             if cid is not None and cid in self._recs and cid not in self._hot:
                 await self._hydrate(cid)  # suspension point: match again afterwards

@@ -26,8 +26,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -139,6 +139,10 @@ class Replica:
         #: per namespace, conversations to read again in full at its next sync
         self.reload: dict[str, set[str]] = {}
         self.taken: OrderedDict[str, None] = OrderedDict()
+        #: synced tails whose text lines are not indexed yet (conversation id, the
+        #: messages as the store sent them, the tail's digests), and their message count
+        self.unlined: deque[tuple[str, Mapping[str, Message], tuple[str, ...]]] = deque()
+        self.unlined_count = 0
         self._side: dict[str | None, _Side] = {}
         self._side_task: asyncio.Task[None] | None = None
         self._side_error: BaseException | None = None

@@ -14,6 +14,7 @@ from typing import TextIO
 from proxy import __version__
 from proxy.config import ConfigError, ProxyConfig
 from proxy.serve_args import add_arguments, effective_config
+from proxy.server.handoff import handoff_fd
 from proxy.server.logs import configure_logging
 from proxy.server.runner import AppFactory, RunningServer, serve
 from proxy.server.workers import refuse_reason, run_workers, worker_ready
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     on_listening = (lambda server: worker_ready()) if worker else (lambda server: print_banner(config, server))
     try:
-        serve(config, app=app, on_listening=on_listening, reuse_port=worker)
+        serve(config, app=app, on_listening=on_listening, handoff=handoff_fd() if worker else None)
     except OSError as exc:  # binding the socket: a busy port, a bad address, no permission
         print(f"compaction-gate: cannot listen on {config.server.host}:{config.server.port}: {_reason(exc)}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from proxy.config import ProxyConfig
 from proxy.server.app import create_app
+from proxy.server.handoff import HandoffSite
 from proxy.server.hooks import Interceptor
 from proxy.server.inflight import INFLIGHT_KEY, InFlight
 from proxy.server.logs import GATE_LOGGER
@@ -85,10 +86,18 @@ def prefer_the_loop() -> None:
 
 
 async def start_server(
-    app: web.Application, host: str, port: int, *, shutdown_grace_seconds: float = 30.0, reuse_port: bool = False
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    shutdown_grace_seconds: float = 30.0,
+    reuse_port: bool = False,
+    handoff: int | None = None,
 ) -> RunningServer:
     """Start ``app`` on ``host:port`` (``port=0`` picks a free port). ``reuse_port``: bind
-    with ``SO_REUSEPORT``, beside the other workers of ``serve --workers N``."""
+    with ``SO_REUSEPORT``, beside other processes. ``handoff``: a worker of ``serve
+    --workers N``: serve the connections the supervisor hands over on that channel
+    (:mod:`proxy.server.handoff`) instead of listening."""
     if INFLIGHT_KEY not in app:
         app[INFLIGHT_KEY] = InFlight()
     prefer_the_loop()
@@ -100,7 +109,9 @@ async def start_server(
         shutdown_timeout=CUT_WAIT,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+    site: web.BaseSite = (
+        HandoffSite(runner, handoff) if handoff is not None else web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+    )
     try:
         await site.start()
     except BaseException:
@@ -119,6 +130,7 @@ async def _serve(
     app: web.Application,
     on_listening: Callable[[RunningServer], None] | None,
     reuse_port: bool = False,
+    handoff: int | None = None,
 ) -> None:
     server = await start_server(
         app,
@@ -126,6 +138,7 @@ async def _serve(
         config.server.port,
         shutdown_grace_seconds=config.server.shutdown_grace_seconds,
         reuse_port=reuse_port,
+        handoff=handoff,
     )
     if on_listening is not None:
         on_listening(server)
@@ -162,6 +175,7 @@ def serve(
     app: web.Application | None = None,
     on_listening: Callable[[RunningServer], None] | None = None,
     reuse_port: bool = False,
+    handoff: int | None = None,
 ) -> None:
     """Run the proxy in the foreground until SIGINT/SIGTERM.
 
@@ -171,4 +185,4 @@ def serve(
     """
     served = app if app is not None else create_app(config, interceptor)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config, served, on_listening, reuse_port))
+        asyncio.run(_serve(config, served, on_listening, reuse_port, handoff))

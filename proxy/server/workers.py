@@ -1,11 +1,10 @@
 """``compaction-gate serve --workers N``: N processes on one machine serving one port.
 
-The supervisor (this module, the process the user started) binds the address once to
-resolve and reserve the port (``SO_REUSEPORT``, never listening itself), prepares the
-shared state (the SQLite schema, once), makes a private, empty
+The supervisor (this module, the process the user started) listens on the address,
+prepares the shared state (the SQLite schema, once), makes a private, empty
 ``PROMETHEUS_MULTIPROC_DIR``, and starts N workers: ``compaction-gate serve`` again, each
-binding the same port with ``SO_REUSEPORT`` — the kernel spreads new connections over
-them — and each its own event loop and core, sharing the state through the configured
+given the connections the supervisor accepts in turn (round-robin,
+:mod:`proxy.server.handoff`) and each its own event loop and core, sharing the state through the configured
 store (SQLite in WAL mode, or Redis; the memory backend cannot be shared and is
 refused). A worker that dies is started again (its metrics files stay: counters keep
 their totals). SIGTERM/SIGINT are passed on; each worker drains its requests for
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from proxy.config import ProxyConfig
+from proxy.server.handoff import HANDOFF_FD_ENV, Dispatcher
 
 __all__ = ["READY_FD_ENV", "refuse_reason", "run_workers", "worker_ready"]
 
@@ -59,15 +59,18 @@ def worker_ready() -> None:
         os.close(int(fd))
 
 
-def _reserve(host: str, port: int) -> socket.socket:
-    """A socket bound (not listening) to ``host:port`` with ``SO_REUSEPORT``: it fixes
-    the port (``0`` picks one) for the workers and takes no connections itself."""
+def _listen(host: str, port: int) -> socket.socket:
+    """The socket listening on ``host:port`` (``0`` picks a port) for the workers."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, addr = infos[0]
     s = socket.socket(family, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    s.bind(addr)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(addr)
+        s.listen(1024)
+    except BaseException:
+        s.close()
+        raise
     return s
 
 
@@ -110,18 +113,23 @@ def _worker_argv(args: argparse.Namespace, port: int, index: int, workers: int) 
 
 
 class _Worker:
-    def __init__(self, index: int, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, index: int, argv: list[str], env: dict[str, str], dispatcher: Dispatcher) -> None:
         self.index = index
         self.argv = argv
         self.env = env
+        self.dispatcher = dispatcher
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_r: int | None = None
 
     def start(self) -> None:
         r, w = os.pipe()
-        env = {**self.env, READY_FD_ENV: str(w)}
-        self.proc = subprocess.Popen(self.argv, env=env, pass_fds=(w,))
-        os.close(w)
+        channel = self.dispatcher.channel_for(self.index)
+        env = {**self.env, READY_FD_ENV: str(w), HANDOFF_FD_ENV: str(channel)}
+        try:
+            self.proc = subprocess.Popen(self.argv, env=env, pass_fds=(w, channel))
+        finally:
+            os.close(w)
+            os.close(channel)
         self.ready_r = r
 
     def wait_ready(self, deadline: float) -> bool:
@@ -153,11 +161,12 @@ def run_workers(
         return 2
     n = config.server.workers
     try:
-        reserved = _reserve(config.server.host, config.server.port)
+        listener = _listen(config.server.host, config.server.port)
     except OSError as exc:
         print(f"compaction-gate: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    port = int(reserved.getsockname()[1])
+    port = int(listener.getsockname()[1])
+    dispatcher = Dispatcher(listener, n)
     metrics_dir, made = _metrics_dir()
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     stopping = False
@@ -167,11 +176,12 @@ def run_workers(
         stopping = True
 
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    workers = [_Worker(i, _worker_argv(args, port, i, n), env) for i in range(n)]
+    workers = [_Worker(i, _worker_argv(args, port, i, n), env, dispatcher) for i in range(n)]
     try:
         _prepare_state(config)
         for w in workers:
             w.start()
+        dispatcher.start()
         deadline = time.monotonic() + START_TIMEOUT
         if not all(w.wait_ready(deadline) for w in workers):
             print("compaction-gate: a worker failed to start (see its log above)", file=sys.stderr)
@@ -193,10 +203,11 @@ def run_workers(
                 w.start()
         return 0
     finally:
+        dispatcher.stop()
+        listener.close()
         _stop_all(workers, config.server.shutdown_grace_seconds + 5.0)
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        reserved.close()
         if made:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 

@@ -31,6 +31,7 @@ any other, never holds a secret the gate's detectors find.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,13 +141,14 @@ class Changed:
     """One conversation changed since the caller's cursor: its record (``etag`` set,
     ``digests`` empty), ``keep`` — the caller's cached ``digests[:keep]`` still hold
     (0: the whole history is in ``tail``) — the digests after them, and the messages of
-    the tail when the store sent them (``None`` when the tail was too long to send).
-    ``ver`` is the namespace version of the change."""
+    the tail when the store sent them (``None`` when the tail was too long to send;
+    parsed when read, see :class:`~proxy.state.records.StoredMessages`). ``ver`` is the
+    namespace version of the change."""
 
     record: ConversationRecord
     keep: int
     tail: tuple[str, ...]
-    messages: dict[str, Message] | None
+    messages: Mapping[str, Message] | None
     ver: int
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "COMPACTION_KINDS",
     "ConversationRecord",
     "GateEvent",
+    "StoredMessages",
     "TimelineEntry",
     "message_from_json",
     "message_to_json",
@@ -306,3 +308,32 @@ def message_from_json(text: str) -> Message:
     if len(row) > 3 and row[3]:  # redacted at rest: the digest of the text as it was sent
         msg = Message(msg.role, msg.parts, msg.name, digest=row[3])
     return msg
+
+
+class StoredMessages(Mapping[str, Message]):
+    """Messages by digest as a store returned them (their stored JSON, text or UTF-8
+    bytes), each parsed when first read: a replica syncing what other processes changed
+    gets every changed tail's messages, and most of them it never reads (conversations
+    it does not serve)."""
+
+    __slots__ = ("_parsed", "_raw")
+
+    def __init__(self, raw: dict[str, str | bytes]) -> None:
+        self._raw = raw
+        self._parsed: dict[str, Message] = {}
+
+    def __getitem__(self, digest: str) -> Message:
+        msg = self._parsed.get(digest)
+        if msg is None:
+            raw = self._raw[digest]
+            msg = self._parsed[digest] = message_from_json(raw.decode("utf-8", "surrogatepass") if isinstance(raw, bytes) else raw)
+        return msg
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._raw

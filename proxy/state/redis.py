@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,6 +46,7 @@ from proxy.state.protocol import (
 from proxy.state.records import (
     ConversationRecord,
     GateEvent,
+    StoredMessages,
     TimelineEntry,
     message_from_json,
     message_to_json,
@@ -360,9 +361,9 @@ class RedisStore(SharedStore):
             for cid, ver, meta, etag, evseq, stats, keep, tail, got in entries:
                 rec = _record(meta, etag, evseq, stats)
                 digests = tuple(_s(d) for d in tail)
-                msgs: dict[str, Message] | None = None
+                msgs: Mapping[str, Message] | None = None
                 if digests and len(got) == len(digests) and all(b is not None for b in got):
-                    msgs = {d: message_from_json(_s(b)) for d, b in zip(digests, got, strict=True)}
+                    msgs = StoredMessages(dict(zip(digests, got, strict=True)))  # parsed when read
                 elif not digests:
                     msgs = {}
                 if rec.id != _s(cid):

@@ -21,7 +21,7 @@ import logging
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from proxy.state.protocol import (
 from proxy.state.records import (
     ConversationRecord,
     GateEvent,
+    StoredMessages,
     TimelineEntry,
     message_from_json,
     message_to_json,
@@ -196,15 +197,19 @@ class SharedSQLiteStore(SharedStore):
             rec.tokens, rec.window, rec.exact = stats.tokens, stats.window, stats.exact
         return rec, st
 
-    def _messages(self, digests: Iterable[str]) -> dict[str, Message]:
+    def _bodies(self, digests: Iterable[str]) -> dict[str, str | bytes]:
+        """The stored JSON of messages by digest (those found)."""
         wanted = list(dict.fromkeys(digests))
-        out: dict[str, Message] = {}
+        out: dict[str, str | bytes] = {}
         for i in range(0, len(wanted), 500):
             chunk = wanted[i : i + 500]
             q = f"SELECT digest, body FROM messages WHERE digest IN ({','.join('?' * len(chunk))})"
             for d, body in self._db().execute(q, chunk):
-                out[d] = message_from_json(body)
+                out[d] = body
         return out
+
+    def _messages(self, digests: Iterable[str]) -> dict[str, Message]:
+        return {d: message_from_json(_blob_text(b)) for d, b in self._bodies(digests).items()}
 
     def _sync(self, ns: str, cursor: int, reload: list[str], bodies: int) -> Synced:
         conn = self._db()
@@ -231,10 +236,10 @@ class SharedSQLiteStore(SharedStore):
                     _, cver, hlen, splices, floor, _, _ = st
                     keep = _keep_since(splices, floor, hlen, cursor, full)
                     tail = self._digests(cid, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
-                    msgs: dict[str, Message] | None = {}
+                    msgs: Mapping[str, Message] | None = {}
                     if tail and len(tail) <= bodies:
-                        found = self._messages(tail)
-                        msgs = found if all(d in found for d in tail) else None
+                        found = self._bodies(tail)
+                        msgs = StoredMessages(found) if all(d in found for d in tail) else None
                     elif tail:
                         msgs = None
                     changed.append(Changed(rec, keep, tail, msgs, cver))

@@ -1,5 +1,5 @@
 """``compaction-gate serve --workers 2`` (a real supervisor and its worker processes on
-one port): the kernel spreads connections over both workers, they share the state
+one port): the supervisor hands connections to both workers in turn, they share the state
 (SQLite in WAL mode, or a real ``redis-server``) so the agent traffic meets what one
 process would answer, ``/metrics`` adds up every worker's counters whichever worker
 answers the scrape, the dashboard's API lists every worker's conversations, and a
@@ -149,3 +149,35 @@ async def test_workers_refuse_the_memory_backend(tmp_path: Path, fake: FakeUpstr
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2
     assert b"memory cannot be shared by several workers" in err
+
+
+async def test_keep_alive_connections_are_spread_evenly_over_the_workers(tmp_path: Path, fake: FakeUpstream) -> None:
+    """Agents hold one keep-alive connection each for their whole run, so how
+    connections are spread is how the load is: the supervisor hands them to the workers
+    in turn (random hashing would put 6 of 8 on one worker about a third of the time),
+    and a connection stays with its worker for every request it carries."""
+    state = {"backend": "sqlite", "path": str(tmp_path / "state.sqlite3")}
+    gate = await start_serve(_config(fake, state), tmp_path)
+    try:
+        await _pids(gate.url, 2)
+        sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in range(8)]
+        try:
+            first: list[int] = []
+            for s in sessions:  # one connection each, opened one after the other
+                async with s.get(gate.url + "/healthz") as resp:
+                    first.append(int((await resp.json())["pid"]))
+            counts = {pid: first.count(pid) for pid in set(first)}
+            assert sorted(counts.values()) == [4, 4], counts
+            for _ in range(3):  # the same connections again: the same workers
+                again = []
+                for s in sessions:
+                    async with s.get(gate.url + "/healthz") as resp:
+                        again.append(int((await resp.json())["pid"]))
+                assert again == first
+        finally:
+            for s in sessions:
+                await s.close()
+        assert await gate.stop() == 0
+    finally:
+        if gate.proc.returncode is None:
+            await gate.stop()

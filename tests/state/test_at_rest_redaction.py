@@ -107,3 +107,41 @@ def test_a_secret_that_looks_like_a_placeholder_is_still_redacted() -> None:
         assert secret not in out and "[redacted:" in out, out
         # the gate's own analysis still calls it a placeholder (no binding, no alarm)
         assert not [m for m in scan_text(text, Catalog.load_default()) if m.value == secret]
+
+
+def test_the_default_sensitive_rules_built_alone_are_the_catalogs_own() -> None:
+    """Before the shipped catalogue is compiled, redaction's first pass uses its sensitive
+    rules compiled alone (a first log line does not wait for the whole table): the same
+    rules, unfiltered alike, as derived from the compiled catalogue."""
+    from proxy.core import redaction
+    from proxy.core.identifiers.catalog import Catalog
+
+    alone = redaction._default_sensitive()
+    derived = redaction._sensitive_only(Catalog.load_default())
+    assert alone.fingerprint == derived.fingerprint
+    assert [(r.id, r.pattern.pattern, r.filters) for r in alone.rules] == [
+        (r.id, r.pattern.pattern, r.filters) for r in derived.rules
+    ]
+    assert alone.rules and all(r.sensitive for r in alone.rules)
+    for secret in SECRETS:
+        assert redaction.redact_secrets(f"token {secret} here") == redaction.redact_secrets(
+            f"token {secret} here", Catalog.load_default()
+        )
+
+
+def test_a_clean_log_line_does_not_compile_the_whole_catalogue() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from proxy.core.redaction import redact_secrets\n"
+        "from proxy.core.identifiers.catalog import default_catalog_loaded\n"
+        "assert redact_secrets('listening on http://127.0.0.1:8788') == 'listening on http://127.0.0.1:8788'\n"
+        "print(default_catalog_loaded())\n"
+        f"print(redact_secrets('key {SECRETS[0]} end'))\n"
+        "print(default_catalog_loaded())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "False"  # the sensitive rules alone sufficed
+    assert SECRETS[0] not in out[1] and "[redacted:" in out[1]
+    assert out[2] == "True"  # a hit resolves overlaps with the whole catalogue

@@ -59,7 +59,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -619,7 +620,35 @@ class Catalog:
         return isinstance(other, Catalog) and other.fingerprint == self.fingerprint
 
 
+#: One build of the shipped catalogue at a time: a thread warming it and the event loop
+#: needing it meanwhile share one build instead of compiling the same 78 rules twice.
+_DEFAULT_LOCK = threading.Lock()
+
+
 @lru_cache(maxsize=1)
-def _default_catalog() -> Catalog:
+def _default_raw() -> tuple[Mapping[str, Any], ...]:
     text = resources.files(__package__).joinpath(DEFAULT_RULES_FILE).read_text(encoding="utf-8")
-    return Catalog.from_yaml(text, DEFAULT_RULES_FILE)
+    return tuple(_load_yaml(text, DEFAULT_RULES_FILE))
+
+
+@lru_cache(maxsize=1)
+def _default_catalog_built() -> Catalog:
+    return Catalog(tuple(compile_rule(r, DEFAULT_RULES_FILE) for r in _default_raw()))
+
+
+def _default_catalog() -> Catalog:
+    with _DEFAULT_LOCK:
+        return _default_catalog_built()
+
+
+def default_catalog_loaded() -> bool:
+    """Whether the shipped catalogue is compiled already (a query, never a build)."""
+    return _default_catalog_built.cache_info().currsize > 0
+
+
+def default_rules_where(keep: Callable[[Mapping[str, Any]], bool]) -> tuple[Rule, ...]:
+    """The shipped rules whose raw mapping ``keep`` accepts, compiled without compiling
+    the others (the sensitive rules are a fifth of the table: what a log line's redaction
+    needs while the whole catalogue is still being built). Equal to the same rules of
+    :meth:`Catalog.load_default`."""
+    return tuple(compile_rule(r, DEFAULT_RULES_FILE) for r in _default_raw() if keep(r))

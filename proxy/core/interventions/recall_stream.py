@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chat_calls import ChatToolCalls, piece_index
 from ..responses import anthropic_blocks
 from .recall import RESPONSES_CALLS, RecallApi, note_item, sum_usage, without_tool
 from .sse import parse_event, render_event
@@ -147,7 +148,7 @@ class ChatMerger(RoundMerger):
 
     def _reset(self) -> None:
         self.text: list[str] = []
-        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        self.calls = ChatToolCalls()
         self.usage: dict[str, Any] | None = None
         self.usage_chunk: dict[str, Any] | None = None
         self.usage_raw: bytes | None = None
@@ -182,12 +183,7 @@ class ChatMerger(RoundMerger):
             delta = ch.get("delta") or {}
             if isinstance(delta.get("content"), str):
                 self.text.append(delta["content"])
-            for tc in delta.get("tool_calls") or ():
-                slot = self.calls.setdefault(int(tc.get("index", 0)), ["", "", ""])
-                fn = tc.get("function") or {}
-                slot[0] = tc.get("id") or slot[0]
-                slot[1] += fn.get("name") or ""
-                slot[2] += fn.get("arguments") or ""
+            if self.calls.add(delta):
                 self.holding = True
             if ch.get("finish_reason") is not None:
                 finish = True
@@ -199,10 +195,7 @@ class ChatMerger(RoundMerger):
     def _end(self) -> RoundEnd:
         turn: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
         if self.calls:
-            turn["tool_calls"] = [
-                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                for _, (i, n, a) in sorted(self.calls.items())
-            ]
+            turn["tool_calls"] = self.calls.as_message_field(missing_id="")
         return RoundEnd(turn, self.usage)
 
     def _tail(self) -> list[bytes]:
@@ -222,8 +215,7 @@ class ChatMerger(RoundMerger):
         return out
 
     def strip(self, note: str) -> list[bytes]:
-        recall = {i for i, (_, n, _) in self.calls.items() if n == self.name}
-        keep = [i for i in sorted(self.calls) if i not in recall]
+        keep = [i for i, call in self.calls.indexed() if call.name != self.name]
         renumber = {old: new for new, old in enumerate(keep)}
         out: list[bytes] = []
         for h in self.held:
@@ -234,8 +226,8 @@ class ChatMerger(RoundMerger):
             for ch in obj["choices"]:
                 delta = ch.get("delta") or {}
                 if "tool_calls" in delta:
-                    calls = [dict(tc, index=renumber[int(tc.get("index", 0))]) for tc in delta["tool_calls"]
-                             if int(tc.get("index", 0)) in renumber]
+                    calls = [dict(tc, index=renumber[piece_index(tc)]) for tc in delta["tool_calls"]
+                             if isinstance(tc, dict) and piece_index(tc) in renumber]
                     if calls:
                         delta["tool_calls"] = calls
                     else:

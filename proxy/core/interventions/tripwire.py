@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..chat_calls import ChatToolCalls
 from .reject import HALLUCINATION_CODE
 from .sse import SSEEvent, parse_event, render_event
 from .summary import event_text
@@ -243,7 +244,7 @@ class ToolCallStreamGuard:
         self._held: list[bytes] = []
         self._holding = False
         # chat: per tool index -> [name, args, id]
-        self._chat_calls: dict[int, list[Any]] = {}
+        self._chat_calls = ChatToolCalls()
         self._chat_meta: dict[str, Any] = {}
         # anthropic: per block index
         self._anth_calls: dict[int, list[Any]] = {}
@@ -332,12 +333,7 @@ class ToolCallStreamGuard:
         self._text.append(event_text("chat", obj))
         for ch in obj["choices"]:
             delta = (ch or {}).get("delta") or {}
-            for tc in delta.get("tool_calls") or ():
-                slot = self._chat_calls.setdefault(int(tc.get("index", 0)), ["", "", None])
-                fn = tc.get("function") or {}
-                slot[0] += fn.get("name") or ""
-                slot[1] += fn.get("arguments") or ""
-                slot[2] = slot[2] or tc.get("id")
+            if self._chat_calls.add(delta):
                 self._holding = True
             if (ch or {}).get("finish_reason") is not None:
                 finish = True
@@ -348,7 +344,7 @@ class ToolCallStreamGuard:
         self._held.append(ev.raw)
         if not finish:
             return []
-        calls = [ToolCall(n, a, i) for n, a, i in self._chat_calls.values()]
+        calls = [ToolCall(c.name, c.args, c.id) for c in self._chat_calls.calls()]
         msg = self._resolve(calls)
         held, self._held, self._holding = self._held, [], False
         if msg is not None:
