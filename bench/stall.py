@@ -21,7 +21,12 @@ possible and what is measured is the proxy. Placement as in
 ``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
 on the other.
 
-    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin]
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR]
+
+``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
+100 ms late, the stacks of all its threads (``DIR/stalls.txt``), and, when py-spy is
+installed, which thread holds the GIL while loaded (``DIR/gil-loaded-N.txt``, py-spy's
+folded stacks per thread).
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -68,10 +78,38 @@ def _serve_fake(q: Any, cpus: set[int] | None, reply_bytes: int, nice: int) -> N
     asyncio.run(serve())
 
 
-def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream: str, state_dir: str) -> None:
+def _watch_loop(trace: str, late: float) -> None:
+    """Whenever the running loop is late by more than ``late`` seconds, the stacks of all
+    threads go to ``trace``/stalls.txt (written by faulthandler's own C thread, which
+    needs no GIL, so even a thread holding the GIL in one long C call is caught in it),
+    followed by how late the loop was."""
+    import faulthandler
+
+    out = open(os.path.join(trace, "stalls.txt"), "a", buffering=1)  # noqa: SIM115 - open for the process's life
+    loop = asyncio.get_running_loop()
+    tick = 0.02
+    due = time.perf_counter() + tick
+
+    def beat() -> None:
+        nonlocal due
+        now = time.perf_counter()
+        lag = now - due
+        faulthandler.cancel_dump_traceback_later()
+        if lag > late:
+            out.write(f"LOOP LATE {lag * 1e3:.0f} ms at {time.time():.3f}\n\n")
+        faulthandler.dump_traceback_later(late + tick, file=out)
+        due = now + tick
+        loop.call_later(tick, beat)
+
+    beat()
+
+
+def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream: str, state_dir: str,
+                 trace: str | None = None) -> None:
     """The served product (tracking + the default policy, SQLite state), sending the
     large traffic to its own fake upstream so the probes' small requests never queue
-    behind it there (only, if at all, in the proxy)."""
+    behind it there (only, if at all, in the proxy). With ``trace``, the loop's stalls
+    are recorded there (:func:`_watch_loop`)."""
     if cpus:
         os.sched_setaffinity(0, cpus)
 
@@ -95,7 +133,9 @@ def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstrea
         )
         server = await start_server(create_gate_app(config), "127.0.0.1", 0)
         await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
-        q.put(server.url)
+        if trace:
+            _watch_loop(trace, 0.1)
+        q.put((server.url, os.getpid()))
         await asyncio.Event().wait()
 
     asyncio.run(serve())
@@ -175,10 +215,23 @@ async def _probes(url: str, seconds: float, interval: float, direct: str) -> tup
     return hz, sm, dr
 
 
-def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None, direct: str
+def _spy(pid: int, trace: str | None, name: str) -> subprocess.Popen[bytes] | None:
+    """With ``trace`` and py-spy installed: sample which thread of the proxy holds the GIL
+    (``py-spy record --gil``, raw folded stacks per thread) into ``trace``/``name``."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not trace or not os.path.exists(spy):
+        return None
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--gil", "--threads", "--nonblocking",
+                             "--rate", "200", "--format", "raw", "--output", os.path.join(trace, name)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None, direct: str,
+           spy: Callable[[], subprocess.Popen[bytes] | None] = lambda: None,
            ) -> tuple[list[float], list[float], list[float], int]:
     """Probe latencies with ``big`` large requests kept in flight (0: quiet); returns the
-    two lists and how many large requests completed meanwhile."""
+    two lists and how many large requests completed meanwhile. ``spy`` starts a profiler
+    for the probing (stopped after it)."""
     if not big:
         hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
         return hz, sm, dr, 0
@@ -190,7 +243,11 @@ def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: s
         ready.wait(120)
         time.sleep(1.5)  # the large requests are under way
         before = done.value
+        sampler = spy()
         hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        if sampler is not None:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            sampler.wait(30)
         return hz, sm, dr, done.value - before
     finally:
         p.terminate()
@@ -208,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                     help="harness and proxy on separate halves of the CPUs (default on)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    ap.add_argument("--trace", metavar="DIR", help="record the proxy's loop stalls (all threads' stacks when "
+                    "its loop is >100 ms late) and, with py-spy installed, who holds the GIL under load, in DIR")
     args = ap.parse_args(argv)
     split = cpu_split() if args.pin else None
     harness = split[0] if split else None
@@ -224,15 +283,20 @@ def main(argv: list[str] | None = None) -> int:
             p.start()
             procs.append(p)
             urls.append(q.get(timeout=60))
-        p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir),
-                       daemon=True)
+        if args.trace:
+            os.makedirs(args.trace, exist_ok=True)
+        # not daemonic, as ``compaction-gate serve`` is not: the proxy may start a worker
+        # process of its own (proxy.state.offload)
+        p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir,
+                                                  args.trace), daemon=False)
         p.start()
         procs.append(p)
-        url = q.get(timeout=120)
+        url, pid = q.get(timeout=120)
         rows: list[dict[str, float]] = []
         for r in range(args.rounds):
             quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0])
-            loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0])
+            loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0],
+                            lambda r=r: _spy(pid, args.trace, f"gil-loaded-{r + 1}.txt"))
             row = {
                 "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
                 "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),

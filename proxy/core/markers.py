@@ -45,6 +45,23 @@ def fold(text: str) -> str:
     return folded
 
 
+#: A text longer than twice this many characters is matched on its first and last this
+#: many characters (:func:`marker_view`).
+MARKER_WINDOW = 1 << 16
+
+
+def marker_view(text: str) -> str:
+    """What of ``text`` markers are looked for in: all of it, or for a long text its first
+    and last :data:`MARKER_WINDOW` characters (joined by a line break). A marker frames
+    what an agent sends — its summarize instruction comes before or after the history it
+    pastes, its continuation note opens the summary — so the middle of a megabyte tool
+    output or paste is never read: matching stays a bounded piece of work on the event
+    loop however long the text (folding and testing 10 MB took ~1 s)."""
+    if len(text) <= 2 * MARKER_WINDOW:
+        return text
+    return text[:MARKER_WINDOW] + "\n" + text[-MARKER_WINDOW:]
+
+
 class MarkersError(ValueError):
     """A marker file is invalid. The message names the source and, when known, the line."""
 

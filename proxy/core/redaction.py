@@ -27,7 +27,7 @@ from functools import lru_cache
 from .identifiers.catalog import Catalog, Rule, default_catalog_loaded, default_rules_where
 from .identifiers.extract import scan_text
 
-__all__ = ["has_secret", "placeholder", "redact_secrets", "sensitive_only"]
+__all__ = ["apply_spans", "has_secret", "placeholder", "redact_secrets", "secret_spans", "sensitive_only"]
 
 
 def placeholder(kind: str) -> str:
@@ -107,11 +107,23 @@ def has_secret(text: str, catalog: Catalog | None = None) -> bool:
     return bool(_spans(text, catalog))
 
 
+def secret_spans(text: str, catalog: Catalog | None = None) -> list[tuple[int, int, str, str]]:
+    """The secrets in ``text`` as ``(start, end, kind, value)``, in order, none nested:
+    what :func:`redact_secrets` replaces (the costly part, for a caller that runs it
+    elsewhere and applies the result with :func:`apply_spans`)."""
+    return _spans(text, catalog)
+
+
 def redact_secrets(text: str, catalog: Catalog | None = None, *, keep: Collection[str] = ()) -> str:
     """``text`` with every secret the gate would detect replaced by
     :func:`placeholder`; values in ``keep`` are left in clear (the caller holds them under
     a stronger guarantee). Text without secrets is returned as is (the same object)."""
-    spans = _spans(text, catalog)
+    return apply_spans(text, secret_spans(text, catalog), keep=keep)
+
+
+def apply_spans(text: str, spans: list[tuple[int, int, str, str]], *, keep: Collection[str] = ()) -> str:
+    """``text`` with :func:`secret_spans`' ``spans`` of it replaced by their placeholders
+    (values in ``keep`` left in clear); ``text`` itself when nothing is replaced."""
     if not spans:
         return text
     parts: list[str] = []

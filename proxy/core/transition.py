@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Literal
 
-from .markers import NO_MARKERS, Markers, fold
+from .markers import NO_MARKERS, Markers, fold, marker_view
 from .messages import Message, Part, Snapshot, is_opaque_summary
 from .prefix import common_prefix
 from .volatile import stable_system
@@ -390,10 +390,29 @@ def _only_moved(
     return "request extends the history (messages re-ordered, re-spaced or re-rendered; no content lost)"
 
 
+#: Characters of a first line read at a time by :func:`_head_key`.
+_HEAD_READ = 4096
+_NON_SPACE = re.compile(r"\S")
+
+
 def _head_key(m: Message) -> tuple[str, str]:
-    """Role and first line of a message (how a re-rendered setup message is recognised)."""
-    first = m.text.strip().split("\n", 1)[0]
-    return m.role, " ".join(first.split())[:120]
+    """Role and first line of a message (how a re-rendered setup message is recognised):
+    ``" ".join(text.strip().split("\\n", 1)[0].split())[:120]``, reading only as much of
+    the first line as those 120 characters need (a 10 MB single-line text is not copied
+    three times over on the event loop)."""
+    text = m.text
+    start = _NON_SPACE.search(text)
+    if start is None:
+        return m.role, ""
+    i = start.start()
+    end = text.find("\n", i)
+    end = len(text) if end < 0 else end
+    at = i + _HEAD_READ
+    while True:
+        head = " ".join(text[i : min(at, end)].split())
+        if at >= end or len(head) >= 120:
+            return m.role, head[:120]
+        at += _HEAD_READ
 
 
 def _classify_general(
@@ -595,22 +614,26 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
     Checks the last user message (and the system prompt) for an agent's marker; then the
     generic heuristics: a summarize instruction about "the conversation so far" at the end
     of a long history, or a transcript pasted as text into the request next to a
-    summarize word. Only the last user message and the system prompt are read.
+    summarize word. Only the last user message and the system prompt are read, a long
+    one on its first and last 64 KiB (:func:`~proxy.core.markers.marker_view`).
     """
     i = _last_user(snapshot)
     last = snapshot.messages[i] if i is not None else None
-    folded_last = fold(last.text) if last is not None else ""
-    folded_sys = fold(snapshot.system) if snapshot.system else ""
+    # a long text is read on its first and last 64 KiB (marker_view): bounded work
+    last_text = marker_view(last.text) if last is not None else ""
+    sys_text = marker_view(snapshot.system) if snapshot.system else ""
+    folded_last = fold(last_text)
+    folded_sys = fold(sys_text) if sys_text else ""
     in_text = False
     if markers.agents:
         a = markers.summarize_request_agent(folded_last, "user") if folded_last else None
         if a:
-            pasted = _transcript_lines(last.text, markers.transcript_labels) >= 4 if last else False
-            sys_hist = _transcript_lines(snapshot.system, markers.transcript_labels) >= 4
+            pasted = _transcript_lines(last_text, markers.transcript_labels) >= 4
+            sys_hist = _transcript_lines(sys_text, markers.transcript_labels) >= 4
             return SummarizeRequest(a, "marker", i, pasted or sys_hist)
         a = markers.summarize_request_agent(folded_sys, "system") if folded_sys else None
         if a:
-            pasted = _transcript_lines(last.text, markers.transcript_labels) >= 4 if last else False
+            pasted = _transcript_lines(last_text, markers.transcript_labels) >= 4
             return SummarizeRequest(a, "marker", None, pasted or len(snapshot.messages) <= 2)
     words = markers.summarize_words or ("summarize", "summarise", "summary")
     if not folded_last or not any(w in folded_last for w in words):
@@ -618,9 +641,9 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
     if markers.presents_summary(folded_last, "user"):
         return None  # a compacted history that starts from a summary, not a request for one
     assert last is not None
-    if _transcript_lines(last.text, markers.transcript_labels) >= 4:
+    if _transcript_lines(last_text, markers.transcript_labels) >= 4:
         return SummarizeRequest(None, "pasted_history", i, True)
-    if _transcript_lines(snapshot.system, markers.transcript_labels) >= 4:
+    if _transcript_lines(sys_text, markers.transcript_labels) >= 4:
         in_text = True
         return SummarizeRequest(None, "pasted_history", i, in_text)
     scope = markers.summarize_scope_words or ("conversation", "so far", "history")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,6 +69,22 @@ class RunningServer:
         await self.runner.cleanup()
 
 
+#: How long a thread may hold the GIL while another one waits for it (seconds; CPython's
+#: default is 5 ms). See :func:`prefer_the_loop`.
+SWITCH_INTERVAL = 0.001
+
+
+def prefer_the_loop() -> None:
+    """Shorten the interpreter's GIL switch interval to :data:`SWITCH_INTERVAL` (never
+    lengthen it). Worker threads (the store's writer redacting and encoding a large
+    row, token counting) run Python code for long stretches; every time the event loop
+    wakes up for a socket, it waits up to the switch interval for the GIL, and a small
+    request needs several wake-ups — with 5 ms, other tenants' requests queued behind
+    those threads for tens of milliseconds each (``bench.stall``)."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+        sys.setswitchinterval(SWITCH_INTERVAL)
+
+
 async def start_server(
     app: web.Application,
     host: str,
@@ -83,6 +100,7 @@ async def start_server(
     (:mod:`proxy.server.handoff`) instead of listening."""
     if INFLIGHT_KEY not in app:
         app[INFLIGHT_KEY] = InFlight()
+    prefer_the_loop()
     runner = GateAppRunner(
         app,
         handler_cancellation=True,

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.messages import Message, Part, make_message
-from proxy.core.redaction import redact_secrets
+from proxy.core.redaction import apply_spans
+from proxy.state.offload import spans_of
 
 __all__ = [
     "COMPACTION_KINDS",
@@ -43,8 +44,9 @@ COMPACTION_KINDS = frozenset({"compacted", "summarize", "truncate", "mask", "edi
 
 
 def stored_text(text: str) -> str:
-    """``text`` as it may be written to a store: its secrets redacted."""
-    return redact_secrets(text)
+    """``text`` as it may be written to a store: its secrets redacted (a very long text
+    scanned in a process of its own, :mod:`proxy.state.offload`)."""
+    return apply_spans(text, spans_of(text))
 
 
 #: Metadata fields that are numbers (or ``None``): never redacted.
@@ -239,26 +241,64 @@ class ConversationRecord:
         return rec
 
 
+#: Texts longer than this are JSON-encoded a slice of this many characters at a time.
+JSON_SLICE = 1 << 18
+
+
+def _text_json(text: str, ensure_ascii: bool) -> str:
+    """``json.dumps(text)``, a slice at a time for a long text (JSON escapes each
+    character on its own, so the result is the same): one ``json.dumps`` of 10 MB holds
+    the GIL, and so the event loop, for tens of milliseconds."""
+    if len(text) <= JSON_SLICE:
+        return json.dumps(text, ensure_ascii=ensure_ascii)
+    return '"' + "".join(
+        json.dumps(text[at : at + JSON_SLICE], ensure_ascii=ensure_ascii)[1:-1] for at in range(0, len(text), JSON_SLICE)
+    ) + '"'
+
+
+def _utf8_safe(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate), a slice at a time."""
+    try:
+        for at in range(0, len(text), JSON_SLICE):
+            text[at : at + JSON_SLICE].encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _row_json(m: Message, texts: list[str], digest: str | None, ensure_ascii: bool) -> str:
+    """``json.dumps([role, name, parts(, digest)], separators=(",", ":"))`` with
+    ``texts`` as the parts' texts, long texts encoded a slice at a time."""
+    def dumps(v: object) -> str:
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=ensure_ascii)
+
+    parts = ",".join(
+        f"[{dumps(p.kind)},{_text_json(t, ensure_ascii)},"
+        f"{dumps([p.tool_name, p.tool_call_id, p.is_error, p.payload_digest])[1:-1]}]"
+        for p, t in zip(m.parts, texts, strict=True)
+    )
+    tail = "" if digest is None else "," + dumps(digest)
+    return f"[{dumps(m.role)},{dumps(m.name)},[{parts}]{tail}]"
+
+
 def message_to_json(m: Message) -> str:
     """Compact JSON of a message as stored: parts with their secrets redacted, plus the
     original digest when redaction changed the text (else it is recomputed on load).
     Always encodable as UTF-8: text with lone surrogates (valid JSON escapes in a
-    request) is written with ASCII escapes, which load back to the same text."""
+    request) is written with ASCII escapes, which load back to the same text. A long
+    text is encoded a bounded slice at a time (:func:`_text_json`)."""
     redacted = False
-    parts = []
+    texts = []
     for p in m.parts:
         text = stored_text(p.text) if p.text else p.text
         redacted = redacted or text is not p.text
-        parts.append([p.kind, text, p.tool_name, p.tool_call_id, p.is_error, p.payload_digest])
-    row: list[object] = [m.role, m.name, parts]
-    if redacted:
-        row.append(m.digest)
-    text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(row, separators=(",", ":"))
-    return text
+        texts.append(text)
+    digest = m.digest if redacted else None
+    ascii_only = not all(_utf8_safe(t) for t in texts) or not all(
+        _utf8_safe(x) for x in (m.role, m.name or "", *(p.tool_name or "" for p in m.parts),
+                                *(p.tool_call_id or "" for p in m.parts), *(p.payload_digest or "" for p in m.parts))
+    )
+    return _row_json(m, texts, digest, ensure_ascii=ascii_only)
 
 
 def message_from_json(text: str) -> Message:

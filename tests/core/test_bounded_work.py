@@ -1,0 +1,93 @@
+"""Work on long texts done in bounded pieces gives exactly the whole-text answer (issue 16:
+no event-loop stall behind one tenant's 10 MB request): the digest of a long text hashed
+by itself, the first-line key of a message read a piece at a time, and what markers
+are looked for in (a long text's first and last 64 KiB)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core import messages as messages_mod
+from proxy.core import transition as transition_mod
+from proxy.core.markers import MARKER_WINDOW, default_markers, marker_view
+from proxy.core.messages import Message, Part, Snapshot, make_message
+from proxy.core.transition import detect_summarize_request
+
+# any code point, lone surrogates included (a JSON request may carry "\ud800")
+TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=300)
+
+
+def _joined_digest(role: str, parts: list[Part], name: str | None) -> str:
+    """The digest as one buffer of every field (the small-text path's definition)."""
+    chunks = [role.encode(), b"\x00", (name or "").encode()]
+    for p in parts:
+        chunks += (b"\x01", p.kind.encode(), b"\x00", p.text.encode("utf-8", "surrogatepass"), b"\x00",
+                   (p.tool_name or "").encode(), b"\x00", (p.tool_call_id or "").encode(), b"\x00",
+                   (p.payload_digest or "").encode(), b"\x01" if p.is_error else b"\x00")
+    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(TEXT, min_size=1, max_size=4), name=st.none() | st.text(max_size=5))
+def test_a_long_text_hashed_by_itself_has_the_digest_of_the_joined_fields(texts: list[str], name: str | None) -> None:
+    parts = [Part("text", t) for t in texts]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(messages_mod, "_HASH_ALONE", 0)  # every text takes the large path
+        digest = make_message("user", parts, name).digest
+    assert digest == _joined_digest("user", parts, name)
+
+
+def _head_key_whole(m: Message) -> tuple[str, str]:
+    first = m.text.strip().split("\n", 1)[0]
+    return m.role, " ".join(first.split())[:120]
+
+
+WORDY = st.text(st.sampled_from(list("ab \t\n\u00a0\u2003xyz.")), max_size=600)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=WORDY | TEXT, read=st.integers(1, 50))
+def test_the_first_line_key_read_piece_by_piece_is_the_whole_texts(text: str, read: int) -> None:
+    m = make_message("user", [Part("text", text)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(transition_mod, "_HEAD_READ", read)
+        key = transition_mod._head_key(m)
+    assert key == _head_key_whole(m)
+
+
+def test_marker_view_is_the_whole_text_or_its_two_ends() -> None:
+    short = "x" * (2 * MARKER_WINDOW)
+    assert marker_view(short) is short
+    long = "h" * MARKER_WINDOW + "m" * 10 + "t" * MARKER_WINDOW
+    view = marker_view(long)
+    assert view == "h" * MARKER_WINDOW + "\n" + "t" * MARKER_WINDOW and "m" not in view
+
+
+def _summarize_request(last: str) -> Snapshot:
+    return Snapshot(
+        dialect="openai",
+        system="",
+        messages=(
+            make_message("user", [Part("text", "deploy the api")]),
+            make_message("assistant", [Part("text", "deployed")]),
+            make_message("user", [Part("text", last)]),
+        )
+    )
+
+
+def test_an_agents_marker_framing_a_megabyte_paste_is_found_and_one_only_in_its_middle_is_not() -> None:
+    markers = default_markers()
+    agent = next(a for a in markers.agents if a.summarize_request)
+    marker = agent.summarize_request[0].raw
+    paste = "user: deploy\nassistant: done\n" * 40_000  # ~1.2 MB of pasted transcript
+    for last in (marker + "\n" + paste, paste + "\n" + marker):
+        sr = detect_summarize_request(_summarize_request(last), markers)
+        assert sr is not None and sr.agent is not None and sr.reason == "marker"
+    # the middle of a long text is never read (a bounded piece of work on the loop)
+    buried = paste + marker + paste
+    sr = detect_summarize_request(_summarize_request(buried), markers)
+    assert sr is None or sr.reason != "marker"

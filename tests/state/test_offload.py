@@ -1,0 +1,23 @@
+"""A very long text's secrets are found in a worker process (issue 16): the same spans,
+so the same redacted text, as scanning it in-process."""
+
+from __future__ import annotations
+
+from proxy.core.redaction import redact_secrets, secret_spans
+from proxy.state import offload
+from proxy.state.records import stored_text
+
+
+def test_a_text_over_the_threshold_is_scanned_in_the_worker_with_the_same_result() -> None:
+    filler = "lorem ipsum dolor " * ((offload.OFFLOAD_CHARS // 18) + 10)
+    secrets = ["ghp_" + "a1B2" * 9, "sk-live-" + "Zq9x" * 8, "AKIA" + "Q" * 16]
+    text = secrets[0] + " " + filler[: len(filler) // 2] + secrets[1] + " " + filler + " " + secrets[2]
+    assert len(text) > offload.OFFLOAD_CHARS
+    spans = offload.spans_of(text)
+    assert offload._pool is not None  # it went to the worker process
+    assert spans == secret_spans(text)
+    stored = stored_text(text)
+    assert stored == redact_secrets(text)
+    assert secrets[0] not in stored and stored.startswith("[redacted:github_token]")
+    short = "token " + secrets[0]
+    assert offload.spans_of(short) == secret_spans(short)
