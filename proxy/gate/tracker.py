@@ -120,7 +120,8 @@ class Tracker(ReplicaSync):
         self._markers = markers
         self.clock = clock
         self.index = LineageIndex()
-        self.normalizer = IncrementalNormalizer()
+        #: the parsed items of a request are kept no longer than its snapshot is hot
+        self.normalizer = IncrementalNormalizer(max_entries=self.config.hot_conversations)
         self._recs: OrderedDict[str, ConversationRecord] = OrderedDict()
         self._hot = HotHistories(self.config.hot_conversations)
         self.hints = RequestHints(lambda: self.markers)
