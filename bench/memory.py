@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,37 +49,15 @@ from bench.startup import _free_port, _rss_mb, _script
 WARMUP = 200
 
 
-def _hex(rng: random.Random, n: int) -> str:
-    return f"{rng.getrandbits(4 * n):0{n}x}"
-
-
-def tool_turn(rng: random.Random, i: int) -> list[dict[str, Any]]:
-    """One tool call and its result (the shape of :func:`bench.load.tool_turn`, faster to
-    make: this benchmark makes a million of them)."""
-    call_id = f"call_{i}_{_hex(rng, 8)}"
-    cmd = rng.choice(["kubectl get deploy api -o yaml", "git rev-parse HEAD", "alembic current",
-                      "aws s3api list-multipart-uploads"])
-    result = (
-        f"step {i}: image sha256:{_hex(rng, 64)} on arn:aws:ecs:eu-west-1:123456789012:service/api-{_hex(rng, 6)}; "
-        f"HEAD {_hex(rng, 40)}; upload id {uuid.UUID(int=rng.getrandbits(128))}; revision {_hex(rng, 12)}\n"
-        f"status: ok, {rng.randint(1, 9)} replicas ready"
-    )
-    return [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}]},
-        {"role": "tool", "tool_call_id": call_id, "content": result},
-    ]
-
-
 def history(seed: int, size: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": load.SYSTEM},
-        {"role": "user", "content": f"Agent {seed}: roll out release {_hex(rng, 12)} and keep rollback targets."},
+        {"role": "user", "content": f"Agent {seed}: roll out release {load._hex(rng, 12)} and keep rollback targets."},
     ]
     i = 0
     while len(msgs) < size:
-        msgs += tool_turn(rng, i)
+        msgs += load.tool_turn(rng, i)
         i += 1
     return msgs
 
@@ -155,7 +132,7 @@ async def play(targets: dict[str, str], first: int, count: int, size: int, turns
                     return
                 if t + 1 < turns:
                     reply = json.loads(data)["choices"][0]["message"]
-                    _call, result = tool_turn(rng, 10_000 + t)
+                    _call, result = load.tool_turn(rng, 10_000 + t)
                     result["tool_call_id"] = reply["tool_calls"][0]["id"]
                     msgs = [*msgs, reply, result]
 

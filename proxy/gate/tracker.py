@@ -183,7 +183,8 @@ class Tracker(ReplicaSync):
                 rec.count_from_timeline()  # stored before the counters existed
             self._recs[rec.id] = rec
             self.index.upsert(self._history(rec))
-        self._evict(self.clock())
+            self.budget.set_record(rec.id, record_bytes(rec))
+        self._evict(self.clock())  # and the memory bound (the most recently seen are kept)
 
     async def ready(self) -> None:
         """Wait for the start-up preload (tokenizers, markers) unless it is done: a request

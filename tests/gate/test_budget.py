@@ -123,3 +123,8 @@ async def test_beyond_the_histories_conversations_leave_memory_not_the_store(tmp
     await t2.start()
     assert {r.id for r in t2.conversations()} == ids  # all of them are in the store
     await t2.close()
+    # restarted under the bound, it loads what fits (the most recently seen)
+    t3 = Tracker(SQLiteStore(path), TrackerConfig(max_memory_bytes=limit, max_conversations=10_000))
+    await t3.start()
+    assert 1 <= len(t3.conversations()) < 120 and t3.budget.total <= limit
+    await t3.close()
