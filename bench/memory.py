@@ -18,7 +18,7 @@ RSS per tracked 100-message conversation, RSS after 10,000 conversations at most
 and a configured bound that holds.
 
 Run:  python -m bench.memory [--conversations 10000] [--size 100] [--turns 2]
-                             [--concurrency 8] [--every 2000] [--max-memory-mb MB] [--json]
+                             [--concurrency 8] [--every 2000] [--warmup 200] [--max-memory-mb MB] [--json]
 """
 
 from __future__ import annotations
@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-memory-mb", type=float, default=None, help="the gate's state.max_memory_mb")
     ap.add_argument("--max-conversations", type=int, default=100_000,
                     help="the gate's state.max_conversations (default 100000: not the bound measured)")
+    ap.add_argument("--warmup", type=int, default=WARMUP,
+                    help=f"conversations played before the baseline RSS is taken (default {WARMUP})")
     ap.add_argument("--json", action="store_true")
     load.add_placement_args(ap)
     args = ap.parse_args(argv)
@@ -173,14 +175,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.size}-message conversations, {args.turns} requests each, {args.concurrency} at once"
               + (f", state.max_memory_mb {args.max_memory_mb:g}" if args.max_memory_mb is not None else ""))
         idle = {name: _rss_mb(pid) for name, pid in pids.items()}
-        failures = asyncio.run(play(targets, 0, WARMUP, args.size, args.turns, args.concurrency))
+        failures = asyncio.run(play(targets, 0, args.warmup, args.size, args.turns, args.concurrency))
         time.sleep(1.0)
         base = {name: _rss_mb(pid) for name, pid in pids.items()}
-        print(f"idle RSS: gate {idle['gate']:.0f} MB, bare {idle['bare']:.0f} MB; after {WARMUP} warm-up "
+        print(f"idle RSS: gate {idle['gate']:.0f} MB, bare {idle['bare']:.0f} MB; after {args.warmup} warm-up "
               f"conversations: gate {base['gate']:.0f} MB, bare {base['bare']:.0f} MB")
         print(f"  {'conversations':>13} {'gate MB':>8} {'bare MB':>8} {'gate KB/conv':>13} {'bare KB/conv':>13} "
               f"{'disk MB':>8} {'tracked KB':>11} {'conv/s':>7}")
-        done = WARMUP
+        done = args.warmup
         t0 = time.perf_counter()
         while done < args.conversations:
             n = min(args.every, args.conversations - done)
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             done += n
             time.sleep(1.0)
             rss = {name: _rss_mb(pid) for name, pid in pids.items()}
-            grown = done - WARMUP
+            grown = done - args.warmup
             mem = gate_memory(gate)
             row = {"conversations": done, "gate_mb": rss["gate"], "bare_mb": rss["bare"],
                    "gate_kb_per_conv": (rss["gate"] - base["gate"]) * 1024 / grown,
