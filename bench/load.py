@@ -64,7 +64,7 @@ SYSTEM = "You are an operations agent. Keep every identifier you will need to un
 
 
 def _hex(rng: random.Random, n: int) -> str:
-    return "".join(rng.choice("0123456789abcdef") for _ in range(n))
+    return f"{rng.getrandbits(4 * n):0{n}x}"
 
 
 def tool_turn(rng: random.Random, i: int) -> list[dict[str, Any]]:

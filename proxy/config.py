@@ -163,6 +163,9 @@ class StateSettings:
     path: str | None = None
     ttl_seconds: int = 7 * 24 * 3600
     max_conversations: int = 10_000
+    #: The bound on what the tracker keeps in memory (MB, estimated; see
+    #: :mod:`proxy.gate.budget`); ``None``: bounded by ``max_conversations`` only.
+    max_memory_mb: float | None = None
     #: The Redis URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS);
     #: write the password as ``${VAR}``. Never logged, never shown (:attr:`where`).
     url: str | None = field(default=None, repr=False)
@@ -192,6 +195,8 @@ class StateSettings:
             raise Invalid("ttl_seconds must be positive", key="ttl_seconds")
         if self.max_conversations <= 0:
             raise Invalid("max_conversations must be positive", key="max_conversations")
+        if self.max_memory_mb is not None and not self.max_memory_mb > 0:
+            raise Invalid("max_memory_mb must be positive (or null)", key="max_memory_mb")
         if self.timeout_seconds <= 0:
             raise Invalid("timeout_seconds must be positive", key="timeout_seconds")
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.key_prefix):

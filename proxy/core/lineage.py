@@ -38,6 +38,7 @@ Contracts:
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -197,10 +198,51 @@ def line_fingerprints(text: str, min_len: int = 12, max_lines: int | None = None
 # --------------------------------------------------------------------------- the index
 
 
+#: A posting: the one conversation that holds a key (most keys: a plain id, no set per
+#: key), or the set of them.
+Posting = str | set[str]
+
+
+def _post(d: dict[Any, Posting], key: object, cid: str) -> None:
+    cur = d.get(key)
+    if cur is None:
+        d[key] = cid
+    elif cur.__class__ is str:
+        if cur != cid:
+            d[key] = {cur, cid}
+    else:
+        cur.add(cid)  # type: ignore[union-attr]
+
+
+def _unpost(d: dict[Any, Posting], key: object, cid: str) -> None:
+    cur = d.get(key)
+    if cur is None:
+        return
+    if cur.__class__ is str:
+        if cur == cid:
+            del d[key]
+        return
+    cur.discard(cid)  # type: ignore[union-attr]
+    if len(cur) == 1:
+        d[key] = next(iter(cur))
+    elif not cur:
+        del d[key]
+
+
+def _ids(p: Posting) -> Iterable[str]:
+    return (p,) if p.__class__ is str else p
+
+
+def _posts(p: Posting, cid: str) -> bool:
+    return p == cid if p.__class__ is str else cid in p
+
+
 @dataclass
 class _NsIndex:
-    postings: dict[str, set[str]] = field(default_factory=dict)
-    lines: dict[int, set[str]] = field(default_factory=dict)
+    #: digest → the conversations whose history holds it; line fingerprint → the
+    #: conversations that showed that line (:data:`Posting`: memory per tracked message)
+    postings: dict[str, Posting] = field(default_factory=dict)
+    lines: dict[int, Posting] = field(default_factory=dict)
     by_system: dict[str, set[str]] = field(default_factory=dict)
     #: first (up to) two digests of a conversation's last request → conversations
     heads: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
@@ -220,7 +262,8 @@ class LineageIndex:
     def __init__(self) -> None:
         self._hist: dict[str, History] = {}
         self._ns: dict[str, _NsIndex] = {}
-        self._conv_lines: dict[str, set[int]] = {}
+        #: per conversation, the line fingerprints it added (each once; for remove())
+        self._conv_lines: dict[str, array[int]] = {}
 
     def __len__(self) -> int:
         return len(self._hist)
@@ -271,14 +314,11 @@ class LineageIndex:
             else:
                 new_set, old_set = set(h.digests), set(old.digests)
                 added, removed = new_set - old_set, old_set - new_set
+        postings = ns.postings
         for d in added:
-            ns.postings.setdefault(d, set()).add(cid)
+            _post(postings, d, cid)
         for d in removed:
-            s = ns.postings.get(d)
-            if s is not None:
-                s.discard(cid)
-                if not s:
-                    del ns.postings[d]
+            _unpost(postings, d, cid)
         if old is None or old.system_hash != h.system_hash:
             if old is not None:
                 self._discard(ns.by_system, old.system_hash, cid)
@@ -298,24 +338,28 @@ class LineageIndex:
         if h is None:
             return
         ns = self._ns_of(h.namespace)
-        mine = self._conv_lines.setdefault(conversation_id, set())
+        mine = self._conv_lines.get(conversation_id)
+        if mine is None:
+            mine = self._conv_lines[conversation_id] = array("q")
+        lines = ns.lines
         for fp in fingerprints:
-            if fp not in mine:
-                mine.add(fp)
-                ns.lines.setdefault(fp, set()).add(conversation_id)
+            p = lines.get(fp)
+            if p is None or not _posts(p, conversation_id):
+                mine.append(fp)
+                _post(lines, fp, conversation_id)
 
     def remove(self, conversation_id: str) -> None:
         h = self._hist.pop(conversation_id, None)
         if h is None:
             return
         ns = self._ns.get(h.namespace)
-        lines = self._conv_lines.pop(conversation_id, set())
+        lines = self._conv_lines.pop(conversation_id, ())
         if ns is None:
             return
         for d in set(h.digests):
-            self._discard(ns.postings, d, conversation_id)
+            _unpost(ns.postings, d, conversation_id)
         for fp in lines:
-            self._discard(ns.lines, fp, conversation_id)
+            _unpost(ns.lines, fp, conversation_id)
         self._discard(ns.by_system, h.system_hash, conversation_id)
         self._discard(ns.heads, _head(h), conversation_id)
         if not ns.postings and not ns.by_system and not ns.lines:
@@ -357,8 +401,8 @@ class LineageIndex:
         postings = ns.postings
         for d in set(_sample(probe.digests)):
             s = postings.get(d)
-            if s is not None and len(s) <= MAX_POSTINGS:
-                for cid in s:
+            if s is not None and (s.__class__ is str or len(s) <= MAX_POSTINGS):
+                for cid in _ids(s):
                     hits[cid] = hits.get(cid, 0) + 1
         if not hits:
             return []
@@ -374,8 +418,8 @@ class LineageIndex:
         hits: dict[str, int] = {}
         for fp in probe.text_lines:
             s = ns.lines.get(fp)
-            if s is not None and len(s) <= MAX_POSTINGS:
-                for cid in s:
+            if s is not None and (s.__class__ is str or len(s) <= MAX_POSTINGS):
+                for cid in _ids(s):
                     hits[cid] = hits.get(cid, 0) + 1
         if not hits:
             return None

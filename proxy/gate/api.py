@@ -115,6 +115,11 @@ async def list_events(request: web.Request) -> web.Response:
     return web.json_response({"count": len(events), "events": events[:limit]})
 
 
+async def memory(request: web.Request) -> web.Response:
+    """What this process's tracker keeps in memory (estimated bytes) and its bound."""
+    return web.json_response(request.app[TRACKER_KEY].memory())
+
+
 def add_gate_routes(app: web.Application, tracker: Tracker, *, events: bool = True) -> None:
     """Register the conversation API on ``app`` and tie the tracker's lifecycle to the
     app (``start`` on startup, ``close`` on cleanup). ``events=False`` leaves
@@ -129,5 +134,6 @@ def add_gate_routes(app: web.Application, tracker: Tracker, *, events: bool = Tr
     app.cleanup_ctx.append(_ctx)
     app.router.add_get("/gate/conversations", list_conversations)
     app.router.add_get("/gate/conversations/{id}", get_conversation)
+    app.router.add_get("/gate/memory", memory)
     if events:
         app.router.add_get("/gate/events", list_events)

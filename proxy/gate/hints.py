@@ -127,12 +127,13 @@ class LineMemory:
     """Text-line fingerprints per message digest (bounded, least recently added dropped)."""
 
     def __init__(self) -> None:
-        self._lines: OrderedDict[str, frozenset[int]] = OrderedDict()
+        #: tuples, not the frozensets line_fingerprints gives (a quarter of the memory)
+        self._lines: OrderedDict[str, tuple[int, ...]] = OrderedDict()
 
-    def of(self, msg: Message) -> frozenset[int]:
+    def of(self, msg: Message) -> tuple[int, ...]:
         fps = self._lines.get(msg.digest)
         if fps is None:
-            fps = line_fingerprints(msg.text, max_lines=64) if msg.parts else frozenset()
+            fps = tuple(line_fingerprints(msg.text, max_lines=64)) if msg.parts else ()
             self._lines[msg.digest] = fps
             if len(self._lines) > MAX_LINES:
                 self._lines.popitem(last=False)

@@ -55,8 +55,10 @@ class HotHistories:
     """Snapshots by conversation id (least recently used dropped beyond ``limit``), and
     the blobs (system prompts, tool lists) by content hash."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_drop: Callable[[str], None] | None = None) -> None:
         self.limit = limit
+        #: told of every snapshot dropped (the memory account, :mod:`proxy.gate.budget`)
+        self._on_drop = on_drop
         self._hot: OrderedDict[str, Hot] = OrderedDict()
         self._blobs: OrderedDict[str, str] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -78,10 +80,17 @@ class HotHistories:
         if cid in self._hot:
             self._hot.move_to_end(cid)
         while len(self._hot) > self.limit:
-            self._hot.popitem(last=False)
+            old, _ = self._hot.popitem(last=False)
+            if self._on_drop is not None:
+                self._on_drop(old)
+
+    def oldest(self) -> str | None:
+        """The least recently used conversation with a hot snapshot."""
+        return next(iter(self._hot), None)
 
     def forget(self, cid: str) -> None:
-        self._hot.pop(cid, None)
+        if self._hot.pop(cid, None) is not None and self._on_drop is not None:
+            self._on_drop(cid)
         lock = self._locks.get(cid)
         if lock is not None and not lock.locked():
             del self._locks[cid]

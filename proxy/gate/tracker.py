@@ -45,8 +45,10 @@ from proxy.accounting import TokenAccounting
 from proxy.core.lineage import History, LineageIndex, Match, Probe, Relation, match
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot
+from proxy.core.prefix import common_prefix
 from proxy.core.responses import Reply
 from proxy.gate.background import BACKGROUND_EXIT_WAIT, background_busy, in_daemon_thread
+from proxy.gate.budget import MemoryBudget, messages_bytes, record_bytes
 from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.hot import Hot, HotHistories, tools_blob
 from proxy.gate.identity import ExplicitId, explicit_id, new_conversation_id
@@ -89,13 +91,15 @@ class TrackerConfig:
     ``max_conversations``: beyond it the least recently used are evicted;
     ``hot_conversations``: how many full snapshots stay in memory (others are re-read
     from the store when needed); ``max_timeline``: timeline entries kept in memory per
-    conversation (all are stored)."""
+    conversation (all are stored); ``max_memory_bytes``: the bound on what the tracker
+    keeps in memory (:mod:`proxy.gate.budget`; ``None``: only the bounds above)."""
 
     ttl_seconds: float = 7 * 24 * 3600.0
     max_conversations: int = 10_000
     hot_conversations: int = 512
     max_timeline: int = 1000
     max_events: int = 1000
+    max_memory_bytes: int | None = None
 
 
 class Tracker(ReplicaSync):
@@ -120,9 +124,12 @@ class Tracker(ReplicaSync):
         self._markers = markers
         self.clock = clock
         self.index = LineageIndex()
-        self.normalizer = IncrementalNormalizer()
+        #: the parsed items of a request are kept no longer than its snapshot is hot
+        self.normalizer = IncrementalNormalizer(max_entries=self.config.hot_conversations)
         self._recs: OrderedDict[str, ConversationRecord] = OrderedDict()
-        self._hot = HotHistories(self.config.hot_conversations)
+        #: what is kept in memory, in bytes (estimated), and its bound
+        self.budget = MemoryBudget(self.config.max_memory_bytes)
+        self._hot = HotHistories(self.config.hot_conversations, on_drop=self.budget.drop_hot)
         self.hints = RequestHints(lambda: self.markers)
         self.lines = LineMemory()
         #: requests recorded with their accounting pending, per conversation (at most
@@ -176,7 +183,8 @@ class Tracker(ReplicaSync):
                 rec.count_from_timeline()  # stored before the counters existed
             self._recs[rec.id] = rec
             self.index.upsert(self._history(rec))
-        self._evict(self.clock())
+            self.budget.set_record(rec.id, record_bytes(rec))
+        self._evict(self.clock())  # and the memory bound (the most recently seen are kept)
 
     async def ready(self) -> None:
         """Wait for the start-up preload (tokenizers, markers) unless it is done: a request
@@ -277,6 +285,7 @@ class Tracker(ReplicaSync):
             del rec.events[: len(rec.events) - self.config.max_events]
         self._w.event(rec, ev)
         self._w.conversation(rec)
+        self.budget.set_record(conversation_id, record_bytes(rec))
         return ev
 
     def log_event(self, conversation_id: str | None, tenant: str, entry: dict[str, Any]) -> None:
@@ -498,6 +507,10 @@ class Tracker(ReplicaSync):
             rec.window = info.window
             rec.exact = info.exact
             self._hot.set(cid, Hot(snap, base_cum, info.tokenizer))
+            same = 0
+            if previous is not None:
+                same = common_prefix(previous.digests, snap.digests, m.prefix_len if relation == "extend" else 0)
+            self._account_hot(cid, previous.messages if previous is not None else None, snap.messages, same)
             self.index.upsert(self._history(rec), m.prefix_len if relation == "extend" else 0)
             self.normalizer.remember(namespace, cid, api, body, norm)
             self._resynced.discard(cid)
@@ -626,6 +639,9 @@ class Tracker(ReplicaSync):
                 self._append_reply(rec, obs, msgs)
             # else: a later request already moved the conversation on, or cut short
         self._w.conversation(rec)
+        self.budget.set_record(rec.id, record_bytes(rec))
+        if self.budget.over():
+            self._shed()
         if own_txn:
             self._commit_soon(rec.id)
 
@@ -640,6 +656,19 @@ class Tracker(ReplicaSync):
             for x in msgs:
                 hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
         self.index.upsert(self._history(rec), rec.request_len)
+        if hot is not None:
+            self._account_hot(rec.id, base.messages, hot.snapshot.messages, rec.request_len)
+
+    def _account_hot(self, cid: str, old: tuple[Message, ...] | None, new: tuple[Message, ...], same: int) -> None:
+        """The memory account of ``cid``'s hot history, now ``new`` (was ``old``, the
+        first ``same`` messages alike): O(the messages that differ)."""
+        if cid not in self._hot:
+            return
+        if old is None:
+            self.budget.set_hot(cid, messages_bytes(new))
+            return
+        n = self.budget.hot_of(cid) - messages_bytes(old[same:]) + messages_bytes(new[same:])
+        self.budget.set_hot(cid, n)
 
     def tap(self, obs: Observation) -> TrackingTap:
         return TrackingTap(self, obs)
@@ -662,6 +691,9 @@ class Tracker(ReplicaSync):
     def _touch(self, cid: str) -> None:
         self._recs.move_to_end(cid)
         self._hot.touch(cid)
+        rec = self._recs.get(cid)
+        if rec is not None:
+            self.budget.set_record(cid, record_bytes(rec))
 
     def _evict(self, now: float) -> None:
         dead: list[str] = []
@@ -675,17 +707,51 @@ class Tracker(ReplicaSync):
                 dead.append(cid)
             else:
                 break
-        if not dead:
-            return
-        for cid in dead:
+        if dead:
+            for cid in dead:
+                self._forget_local(cid)
+                self._gens.pop(cid, None)
+            self._w.forget(dead)
+        if self.budget.over():
+            self._shed()
+
+    def _shed(self) -> None:
+        """Bring what is kept in memory under ``max_memory_bytes``: drop the least
+        recently used hot histories (and the parsed requests the normaliser keeps for
+        them; re-read from the store when a request needs them), then, when none is left,
+        stop tracking the least recently used conversations in memory (a sole store
+        keeps them until their ``ttl_seconds``; an in-memory store forgets them). The
+        most recently used conversation is always kept."""
+        budget = self.budget
+        while budget.over():
+            cid = self._hot.oldest()
+            if cid is None:
+                break
+            self._hot.forget(cid)
+            ns = self.index.namespace_of(cid)
+            if ns is not None:
+                self.normalizer.forget(ns, cid)
+        dead: list[str] = []
+        while budget.over() and len(self._recs) > 1:
+            cid = next(iter(self._recs))
+            if self._replica is not None and self._replica.busy(cid):
+                break  # being committed: not now
+            self._recs.popitem(last=False)
             self._forget_local(cid)
             self._gens.pop(cid, None)
-        self._w.forget(dead)
+            dead.append(cid)
+        if dead and isinstance(self.store, MemoryStore):
+            self._w.forget(dead)
+
+    def memory(self) -> dict[str, int | None]:
+        """What the tracker keeps in memory (estimated bytes, :mod:`proxy.gate.budget`)."""
+        return self.budget.report()
 
     def _forget_local(self, cid: str) -> None:
         """Drop everything this process keeps of ``cid`` but its record (see
         :meth:`_evict` and :meth:`ReplicaSync._drop`)."""
         self._pending.pop(cid, None)
+        self.budget.drop(cid)
         ns = self.index.namespace_of(cid)
         self.index.remove(cid)
         self._hot.forget(cid)
@@ -736,4 +802,7 @@ class Tracker(ReplicaSync):
         msgs = await self._hot.hydrate(self.store, cid, self._recs.get)
         if msgs is not None:
             self.lines.remember(self.index, cid, msgs)
+            self.budget.set_hot(cid, messages_bytes(msgs))
             self._touch(cid)
+            if self.budget.over():
+                self._shed()

@@ -133,7 +133,11 @@ def build_tracker(config: Any) -> Any:
     state = config.state
     return Tracker(
         build_store(config),
-        TrackerConfig(ttl_seconds=float(state.ttl_seconds), max_conversations=state.max_conversations),
+        TrackerConfig(
+            ttl_seconds=float(state.ttl_seconds),
+            max_conversations=state.max_conversations,
+            max_memory_bytes=None if state.max_memory_mb is None else int(state.max_memory_mb * 2**20),
+        ),
     )
 
 

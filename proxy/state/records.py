@@ -58,7 +58,7 @@ _NUMERIC_META = frozenset(
 _stored_json = functools.lru_cache(maxsize=1024)(stored_text)
 
 
-@dataclass
+@dataclass(slots=True)
 class TimelineEntry:
     """One request of a conversation.
 
@@ -111,7 +111,7 @@ class TimelineEntry:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
-@dataclass
+@dataclass(slots=True)
 class GateEvent:
     """Something the gate noticed or did in a conversation (compaction detected,
     bindings dropped, warn/reinject/reject/spill/gate, tripwire...). Appended by the

@@ -103,3 +103,20 @@ def test_bench_patterns_plays_every_pattern_streamed_and_not() -> None:
                 assert r["cpu"] > 0 and r["rss_mb"] > 0
             assert r["first_max"] > 0
     assert "replaced streamed, 20 messages, 2 agents" in out.split("summary")[1]
+
+
+def test_bench_memory_reports_rss_per_conversation_and_the_account() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.memory", "--conversations", "30", "--warmup", "10", "--every", "10",
+         "--size", "20", "--max-memory-mb", "1", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    result = json.loads(out[out.index("\n{") + 1 :])
+    assert result["failures"] == 0
+    rows = result["rows"]
+    assert [r["conversations"] for r in rows] == [20, 30]
+    for r in rows:
+        assert r["gate_mb"] > 0 and r["bare_mb"] > 0 and r["disk_mb"] > 0
+        mem = r["tracked"]
+        assert mem["limit"] == 2**20 and 0 < mem["bytes"] <= mem["limit"]
+    assert "goal: <= 30 KB RSS per tracked 20-message conversation" in out
