@@ -50,16 +50,16 @@ def fold(text: str) -> str:
 MARKER_WINDOW = 1 << 16
 
 
-def marker_view(text: str) -> str:
-    """What of ``text`` markers are looked for in: all of it, or for a long text its first
-    and last :data:`MARKER_WINDOW` characters (joined by a line break). A marker frames
+def marker_view(text: str, window: int = MARKER_WINDOW, joiner: str = "\n") -> str:
+    """What of ``text`` markers are looked for in: all of it, or for a text longer than
+    twice ``window`` its first and last ``window`` characters (joined by ``joiner``). A marker frames
     what an agent sends — its summarize instruction comes before or after the history it
     pastes, its continuation note opens the summary — so the middle of a megabyte tool
     output or paste is never read: matching stays a bounded piece of work on the event
     loop however long the text (folding and testing 10 MB took ~1 s)."""
-    if len(text) <= 2 * MARKER_WINDOW:
+    if len(text) <= 2 * window:
         return text
-    return text[:MARKER_WINDOW] + "\n" + text[-MARKER_WINDOW:]
+    return text[:window] + joiner + text[-window:]
 
 
 class MarkersError(ValueError):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.core.lineage import LineageIndex, line_fingerprints
-from proxy.core.markers import Markers, fold
+from proxy.core.markers import Markers, fold, marker_view
 from proxy.core.messages import Message, Snapshot
 from proxy.gate.normalize import text_hash
 
@@ -27,6 +27,8 @@ _GENERIC_SUMMARY = re.compile(
     rf"\b{_SUMMARY_WORDS}\b.{{0,120}}\b{_HISTORY_WORDS}\b|\b{_HISTORY_WORDS}\b.{{0,120}}\b{_SUMMARY_WORDS}\b", re.S
 )
 _MAX_HINTS = 4096
+#: The last message's head and tail read for a marker (:func:`marker_view`).
+_HINT_WINDOW = 10_000
 #: Responses item types that are never an agent's marker (skipped quickly).
 _COMMON_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
 #: Messages whose line fingerprints :class:`LineMemory` keeps.
@@ -58,7 +60,7 @@ class RequestHints:
             found = None
             if last.role in ("user", "system"):
                 text = last.text
-                folded = fold(text if len(text) <= 20_000 else text[:10_000] + " " + text[-10_000:])
+                folded = fold(marker_view(text, _HINT_WINDOW, " "))
                 markers = self._markers()
                 found = markers.summarize_request_agent(folded, last.role)
                 if found is None and not markers.presents_summary(folded, last.role):
