@@ -138,7 +138,7 @@ def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
     # one update of the joined fields: the same digest as feeding them one by one
     if any(len(p.text) > _HASH_ALONE for p in parts):
         return _digest_of_large(role, parts, name)
-    chunks = [role.encode(), b"\x00", (name or "").encode()]
+    chunks = [role.encode(), b"\x00", (name or "").encode("utf-8", "surrogatepass")]
     for p in parts:
         chunks += (
             b"\x01",
@@ -146,11 +146,11 @@ def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
             b"\x00",
             p.text.encode("utf-8", "surrogatepass"),
             b"\x00",
-            (p.tool_name or "").encode(),
+            (p.tool_name or "").encode("utf-8", "surrogatepass"),
             b"\x00",
-            (p.tool_call_id or "").encode(),
+            (p.tool_call_id or "").encode("utf-8", "surrogatepass"),
             b"\x00",
-            (p.payload_digest or "").encode(),
+            (p.payload_digest or "").encode("utf-8", "surrogatepass"),
             b"\x01" if p.is_error else b"\x00",
         )
     return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
@@ -160,17 +160,17 @@ def _digest_of_large(role: str, parts: Sequence[Part], name: str | None) -> str:
     """:func:`_digest_of` fed field by field (no copy of a large text into a joined
     buffer): the same digest."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(role.encode() + b"\x00" + (name or "").encode())
+    h.update(role.encode() + b"\x00" + (name or "").encode("utf-8", "surrogatepass"))
     for p in parts:
         h.update(b"\x01" + p.kind.encode() + b"\x00")
         h.update(p.text.encode("utf-8", "surrogatepass"))
         h.update(
             b"\x00"
-            + (p.tool_name or "").encode()
+            + (p.tool_name or "").encode("utf-8", "surrogatepass")
             + b"\x00"
-            + (p.tool_call_id or "").encode()
+            + (p.tool_call_id or "").encode("utf-8", "surrogatepass")
             + b"\x00"
-            + (p.payload_digest or "").encode()
+            + (p.payload_digest or "").encode("utf-8", "surrogatepass")
             + (b"\x01" if p.is_error else b"\x00")
         )
     return h.hexdigest()

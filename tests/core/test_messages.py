@@ -154,6 +154,25 @@ def test_digest_distinguishes_role_and_content(a: str, b: str) -> None:
     assert (ua[0].digest == ub[0].digest) == (a == b)
 
 
+@pytest.mark.parametrize("long", [False, True])
+def test_a_lone_surrogate_in_any_field_gets_a_digest(long: bool) -> None:
+    """JSON may escape half a surrogate pair (``"\\ud800"``) in a name or a tool call's
+    fields as well as in a text; every field is hashed as its text is (surrogatepass),
+    on the short path and on the long one."""
+    text = "x" * (70_000 if long else 3)
+    body = json.loads(
+        '{"messages": [{"role": "assistant", "name": "a\\ud800", "content": "TEXT",'
+        ' "tool_calls": [{"id": "c\\udfff", "type": "function",'
+        ' "function": {"name": "f\\ud800", "arguments": "{}"}}]}]}'.replace("TEXT", text)
+    )
+    first = from_openai_chat(body).messages[0]
+    again = from_openai_chat(json.loads(json.dumps(body))).messages[0]
+    assert first.name == "a\ud800"
+    assert first.digest == again.digest
+    other = dict(body["messages"][0], name="a\udfff")
+    assert from_openai_chat({"messages": [other]}).messages[0].digest != first.digest
+
+
 def test_digests_are_stable_values() -> None:
     """Digests are persisted (state stores, lineage): their values must never change."""
     m = make_message(
