@@ -45,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from proxy.accounting import TokenAccounting
+from proxy.accounting import ModelInfo, TokenAccounting
 from proxy.core.lineage import LineageIndex, Match, Probe, Relation, match
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot
@@ -410,31 +410,8 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         ``defer``: leave its token accounting pending (see :mod:`proxy.gate.ledger`)."""
         now = self.clock()
         snap = norm.snapshot
-        cid = m.conversation_id
-        rec = self._recs.get(cid) if cid is not None else None
-        if rec is not None:
-            if self._replica is not None:
-                self._replica.begin(rec)
-            self._settle(rec.id)  # the previous request's counts are this one's base
-        if rec is None:
-            cid = new_conversation_id(explicit, self._recs if self._replica is None else self._taken())
-            rec = ConversationRecord(
-                id=cid,
-                tenant=ex.tenant,
-                namespace=namespace,
-                created=now,
-                last_seen=now,
-                explicit_id=explicit.value if explicit else None,
-                explicit_source=explicit.source if explicit else None,
-                parent_id=m.parent_id,
-            )
-            self._recs[cid] = rec
-            if self._replica is not None:
-                self._replica.begin(rec, create=True)
-            relation: Relation = m.relation if m.relation in ("new", "fork") else "new"
-        else:
-            relation = m.relation
-        assert cid is not None
+        rec, relation = self._open(ex, namespace, explicit, m, now)
+        cid = rec.id
         hot = self._hot.get(cid)
         previous = hot.snapshot if hot is not None else None
         info = self.accounting.model_info(model)
@@ -449,72 +426,18 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
 
         new_from = m.prefix_len if relation == "extend" else 0
         new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
-        self._w.messages(rec, new_msgs)
-        if norm.system_hash and (norm.system_hash != rec.system_hash or not self._hot.has_blob(norm.system_hash)):
-            self._put_blob(rec, norm.system_hash, snap.system)
-        if norm.tools_hash and (norm.tools_hash != rec.tools_hash or not self._hot.has_blob(norm.tools_hash)):
-            self._put_blob(rec, norm.tools_hash, tools_blob(snap.tools))
-
-        rec.seq += 1
-        entry = TimelineEntry(
-            seq=rec.seq,
-            at=now,
-            relation=relation,
-            transition=relation,
-            messages=len(snap.messages),
-            new_messages=len(new_msgs) if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
-            dropped=m.dropped,
-            tokens=0,
-            window=info.window,
-            share=None,
-            exact=info.exact,
-            model=model,
-            stream=ex.stream,
-            request_id=ex.request_id,
-        )
-        rec.timeline.append(entry)
-        rec.compactions += relation in COMPACTION_KINDS
-        rec.side_requests += relation == "side_request"
-        rec.last_relation = relation
-        if len(rec.timeline) > self.config.max_timeline:
-            del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
-        rec.last_seen = now
+        self._store_new(rec, norm, new_msgs)
+        entry = self._new_entry(ex, rec, relation, snap, m, len(new_msgs), info, model, now)
         if relation != "side_request":
+            self._advance(rec, namespace, api, body, norm, m, relation, previous, Hot(snap, base_cum, info.tokenizer), info)
             rec.model = model or rec.model
-            rec.dialect = snap.dialect
-            rec.system_hash = norm.system_hash
-            rec.tools_hash = norm.tools_hash
-            rec.digests = norm.digests
-            rec.request_len = len(norm.digests)
-            rec.window = info.window
-            rec.exact = info.exact
-            self._hot.set(cid, Hot(snap, base_cum, info.tokenizer))
-            same = 0
-            if previous is not None:
-                same = common_prefix(previous.digests, snap.digests, m.prefix_len if relation == "extend" else 0)
-            self._account_hot(cid, previous.messages if previous is not None else None, snap.messages, same)
-            self.index.upsert(self._history(rec), m.prefix_len if relation == "extend" else 0)
-            self.normalizer.remember(namespace, cid, api, body, norm)
-            self._resynced.discard(cid)
         elif rec.model is None:
             rec.model = model
         self._touch(cid)
         pending = PendingCount(
             entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
         )
-        if self.accounting.needs_precount(new_msgs):
-            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
-            # the event loop; a settle that comes first estimates them (and says so)
-            in_daemon_thread(self.accounting.precount, model, new_msgs)
-        if defer:
-            self._pending[cid] = pending
-            if self._replica is not None:  # committed with the request, counted later
-                self._w.timeline(rec, entry)
-                self._w.conversation(rec)
-            if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
-                self._count_first_sight(cid, model, new_msgs)
-        else:
-            self._account(rec, pending)
+        self._count(rec, pending, defer)
         self._evict(now)
         return Observation(
             conversation_id=cid,
@@ -538,6 +461,134 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
             model=model,
             request_id=ex.request_id,
         )
+
+    def _open(
+        self, ex: Exchange, namespace: str, explicit: ExplicitId | None, m: Match, now: float
+    ) -> tuple[ConversationRecord, Relation]:
+        """The record the request changes — the matched one (its previous request's
+        counts settled: they are this one's base) or a new one — with its transaction
+        opened on a shared store, and the request's relation to it."""
+        cid = m.conversation_id
+        rec = self._recs.get(cid) if cid is not None else None
+        if rec is not None:
+            if self._replica is not None:
+                self._replica.begin(rec)
+            self._settle(rec.id)
+            return rec, m.relation
+        cid = new_conversation_id(explicit, self._recs if self._replica is None else self._taken())
+        rec = ConversationRecord(
+            id=cid,
+            tenant=ex.tenant,
+            namespace=namespace,
+            created=now,
+            last_seen=now,
+            explicit_id=explicit.value if explicit else None,
+            explicit_source=explicit.source if explicit else None,
+            parent_id=m.parent_id,
+        )
+        self._recs[cid] = rec
+        if self._replica is not None:
+            self._replica.begin(rec, create=True)
+        return rec, m.relation if m.relation in ("new", "fork") else "new"
+
+    def _store_new(self, rec: ConversationRecord, norm: Normalized, new_msgs: tuple[Message, ...]) -> None:
+        """Write the request's new messages, and its system prompt and tools when new."""
+        snap = norm.snapshot
+        self._w.messages(rec, new_msgs)
+        if norm.system_hash and (norm.system_hash != rec.system_hash or not self._hot.has_blob(norm.system_hash)):
+            self._put_blob(rec, norm.system_hash, snap.system)
+        if norm.tools_hash and (norm.tools_hash != rec.tools_hash or not self._hot.has_blob(norm.tools_hash)):
+            self._put_blob(rec, norm.tools_hash, tools_blob(snap.tools))
+
+    def _new_entry(
+        self,
+        ex: Exchange,
+        rec: ConversationRecord,
+        relation: Relation,
+        snap: Snapshot,
+        m: Match,
+        new: int,
+        info: ModelInfo,
+        model: str | None,
+        now: float,
+    ) -> TimelineEntry:
+        """The request's timeline entry (``new``: how many of its messages are new),
+        appended to the record with its counters."""
+        rec.seq += 1
+        entry = TimelineEntry(
+            seq=rec.seq,
+            at=now,
+            relation=relation,
+            transition=relation,
+            messages=len(snap.messages),
+            new_messages=new if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
+            dropped=m.dropped,
+            tokens=0,
+            window=info.window,
+            share=None,
+            exact=info.exact,
+            model=model,
+            stream=ex.stream,
+            request_id=ex.request_id,
+        )
+        rec.timeline.append(entry)
+        rec.compactions += relation in COMPACTION_KINDS
+        rec.side_requests += relation == "side_request"
+        rec.last_relation = relation
+        if len(rec.timeline) > self.config.max_timeline:
+            del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
+        rec.last_seen = now
+        return entry
+
+    def _advance(
+        self,
+        rec: ConversationRecord,
+        namespace: str,
+        api: str,
+        body: dict[str, Any],
+        norm: Normalized,
+        m: Match,
+        relation: Relation,
+        previous: Snapshot | None,
+        hot: Hot,
+        info: ModelInfo,
+    ) -> None:
+        """Make the request the conversation's current history (not for side requests):
+        the record, its hot snapshot ``hot`` and memory account, the lineage index, the
+        normaliser's memory of the body."""
+        cid, snap = rec.id, norm.snapshot
+        rec.dialect = snap.dialect
+        rec.system_hash = norm.system_hash
+        rec.tools_hash = norm.tools_hash
+        rec.digests = norm.digests
+        rec.request_len = len(norm.digests)
+        rec.window = info.window
+        rec.exact = info.exact
+        self._hot.set(cid, hot)
+        kept = m.prefix_len if relation == "extend" else 0
+        same = common_prefix(previous.digests, snap.digests, kept) if previous is not None else 0
+        self._account_hot(cid, previous.messages if previous is not None else None, snap.messages, same)
+        self.index.upsert(self._history(rec), kept)
+        self.normalizer.remember(namespace, cid, api, body, norm)
+        self._resynced.discard(cid)
+
+    def _count(self, rec: ConversationRecord, pending: PendingCount, defer: bool) -> None:
+        """Count the request's tokens now, or leave them pending (``defer``; a long
+        first-seen history starts counting in a worker thread)."""
+        new_msgs = pending.new
+        if self.accounting.needs_precount(new_msgs):
+            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
+            # the event loop; a settle that comes first estimates them (and says so)
+            in_daemon_thread(self.accounting.precount, pending.model, new_msgs)
+        if not defer:
+            self._account(rec, pending)
+            return
+        self._pending[rec.id] = pending
+        if self._replica is not None:  # committed with the request, counted later
+            self._w.timeline(rec, pending.entry)
+            self._w.conversation(rec)
+        if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
+            self._count_first_sight(rec.id, pending.model, new_msgs)
 
     def tap(self, obs: Observation) -> TrackingTap:
         """The response tap that records the reply to ``obs``."""
