@@ -112,6 +112,7 @@ class ReplicaSync(TrackerParts):
             self._recs.pop(cid, None)
             self._forget_local(cid)
         rep.cursors.clear()
+        rep.mine.clear()
         rep.seen.clear()
         rep.reload.clear()
         rep.unlined.clear()
@@ -126,11 +127,17 @@ class ReplicaSync(TrackerParts):
         rep = self._replica
         assert rep is not None
         reload = rep.reload.pop(namespace, set())
+        mine = rep.mine.pop(namespace, {})
+        known = {cid: etag for cid, etag in mine.items() if (r := self._recs.get(cid)) is not None and r.etag == etag}
         try:
-            synced = await self.store.sync(tenant, namespace, rep.cursors.get(namespace, 0), reload=reload)
+            synced = await self.store.sync(
+                tenant, namespace, rep.cursors.get(namespace, 0), reload=reload, known=known
+            )
         except BaseException:
             if reload:
                 rep.reload.setdefault(namespace, set()).update(reload)
+            if mine:
+                rep.mine[namespace] = {**mine, **rep.mine.get(namespace, {})}
             raise
         wanted: list[tuple[ConversationRecord, tuple[str, ...]]] = []
         for ch in synced.changed:

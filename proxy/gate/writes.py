@@ -43,6 +43,8 @@ log = logging.getLogger("proxy.gate.tracker")
 
 #: Ids this process learnt are taken elsewhere (bounded).
 MAX_TAKEN = 4096
+#: Own commits remembered per namespace until its next sync (bounded).
+MAX_MINE = 1024
 
 
 class Writes(Protocol):
@@ -139,6 +141,9 @@ class Replica:
         #: per namespace, conversations to read again in full at its next sync
         self.reload: dict[str, set[str]] = {}
         self.taken: OrderedDict[str, None] = OrderedDict()
+        #: per namespace, this process's commits its cursor could not move past (other
+        #: commits came between): conversation id → etag, left out of the next sync
+        self.mine: dict[str, dict[str, str]] = {}
         #: synced tails whose text lines are not indexed yet (conversation id, the
         #: messages as the store sent them, the tail's digests), and their message count
         self.unlined: deque[tuple[str, Mapping[str, Message], tuple[str, ...]]] = deque()
@@ -208,6 +213,12 @@ class Replica:
             self.seen[cid] = res.ver
             if self.cursors.get(rec.namespace, 0) == res.ver_before:
                 self.cursors[rec.namespace] = res.ver
+            else:
+                mine = self.mine.setdefault(rec.namespace, {})
+                mine.pop(cid, None)
+                mine[cid] = change.etag
+                while len(mine) > MAX_MINE:
+                    del mine[next(iter(mine))]
             for fn in txn.after:
                 try:
                     fn()

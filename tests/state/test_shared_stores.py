@@ -144,6 +144,27 @@ async def test_sync_sends_only_the_changed_tail_with_its_messages(pair: Pair) ->
     assert (full.keep, full.tail) == (0, d[:2] + d[9:12] + d[5:6])
 
 
+async def test_sync_leaves_out_what_the_caller_says_it_holds(pair: Pair) -> None:
+    """``known``: the caller's own commits since its cursor are not sent back while the
+    store still holds the etag it knows; a later commit by another process, a stale
+    etag, or a reload in full are sent as usual."""
+    m = [msg(f"k{i}") for i in range(4)]
+    d = tuple(x.digest for x in m)
+    c1 = commit(rec("c1", d[:1]), None, msgs=(m[0],))
+    c2 = commit(rec("c2", d[1:2]), None, msgs=(m[1],))
+    assert (await pair.a.commit(c1)).ok and (await pair.b.commit(c2)).ok
+    got = await pair.a.sync("t1", "t1", 0, known={"c1": c1.etag})
+    assert [ch.record.id for ch in got.changed] == ["c2"]
+    got = await pair.a.sync("t1", "t1", 0, known={"c1": "stale", "c2": c2.etag})
+    assert [ch.record.id for ch in got.changed] == ["c1"]
+    c1b = commit(rec("c1", d[:2], seq=2), c1.etag, keep=1, msgs=(m[1],))
+    assert (await pair.b.commit(c1b)).ok  # another process moved c1 on
+    got = await pair.a.sync("t1", "t1", 0, known={"c1": c1.etag, "c2": c2.etag})
+    assert [(ch.record.id, ch.record.etag) for ch in got.changed] == [("c1", c1b.etag)]
+    [full] = (await pair.a.sync("t1", "t1", got.cursor, reload=["c2"], known={"c2": c2.etag})).changed
+    assert (full.record.id, full.keep, full.tail) == ("c2", 0, d[1:2])
+
+
 async def test_a_cursor_older_than_the_splice_log_gets_the_whole_history(pair: Pair) -> None:
     m = [msg(f"n{i}") for i in range(SPLICE_LOG + 4)]
     d = tuple(x.digest for x in m)
