@@ -113,6 +113,7 @@ class ReplicaSync(TrackerParts):
             self._forget_local(cid)
         rep.cursors.clear()
         rep.mine.clear()
+        rep.mine_ver.clear()
         rep.seen.clear()
         rep.reload.clear()
         rep.unlined.clear()
@@ -127,18 +128,15 @@ class ReplicaSync(TrackerParts):
         rep = self._replica
         assert rep is not None
         reload = rep.reload.pop(namespace, set())
-        mine = rep.mine.pop(namespace, {})
-        known = {cid: etag for cid, etag in mine.items() if (r := self._recs.get(cid)) is not None and r.etag == etag}
         try:
             synced = await self.store.sync(
-                tenant, namespace, rep.cursors.get(namespace, 0), reload=reload, known=known
+                tenant, namespace, rep.cursors.get(namespace, 0), reload=reload, known=rep.mine.get(namespace)
             )
         except BaseException:
             if reload:
                 rep.reload.setdefault(namespace, set()).update(reload)
-            if mine:
-                rep.mine[namespace] = {**mine, **rep.mine.get(namespace, {})}
             raise
+        rep.synced_mine(namespace, synced.cursor)
         wanted: list[tuple[ConversationRecord, tuple[str, ...]]] = []
         for ch in synced.changed:
             side = self._adopt(ch)
@@ -244,6 +242,7 @@ class ReplicaSync(TrackerParts):
         rep = self._replica
         if rep is not None:
             rep.seen.pop(cid, None)
+            rep.forget_mine(cid, rec.namespace if rec is not None else None)
             if rec is not None and rec.etag:
                 rep.reload.setdefault(rec.namespace, set()).add(cid)
 

@@ -97,6 +97,8 @@ class Residency(TrackerParts):
         self._pending.pop(cid, None)
         self.budget.drop(cid)
         ns = self.index.namespace_of(cid)
+        if self._replica is not None:
+            self._replica.forget_mine(cid, ns)
         self.index.remove(cid)
         self._hot.forget(cid)
         self._resynced.discard(cid)

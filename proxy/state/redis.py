@@ -359,7 +359,7 @@ class RedisStore(SharedStore):
         changed: list[Changed] = []
         after = cursor
         again = list(reload)
-        pairs = [x for kv in (known or {}).items() for x in kv]
+        pairs = [x for kv in list((known or {}).items()) for x in kv]
         while True:
             raw = await self._script(
                 "SYNC",

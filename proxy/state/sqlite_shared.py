@@ -583,7 +583,8 @@ class SharedSQLiteStore(SharedStore):
         bodies: int = 256,
         known: Mapping[str, str] | None = None,
     ) -> Synced:
-        return await self._read_call(self._sync, namespace, cursor, list(reload), bodies, dict(known or {}))
+        # ``known`` is read as the sync runs (the caller's commits that end meanwhile count)
+        return await self._read_call(self._sync, namespace, cursor, list(reload), bodies, known or {})
 
     async def commit(self, change: Commit) -> Committed:
         return await self._call(self._commit, change)
