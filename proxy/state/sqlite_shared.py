@@ -114,6 +114,18 @@ def _rows(
     )
 
 
+def _record_of(cid: str, meta: str, st: tuple[Any, ...]) -> ConversationRecord:
+    """A record from its stored meta and ``conv_state`` row (etag, ver, hlen, splices,
+    floor, evseq, stats)."""
+    rec = ConversationRecord.from_row(meta, "")
+    rec.id = cid
+    rec.etag, rec.event_seq = st[0], st[5]
+    stats = Stats.of(json.loads(st[6])) if st[6] else None
+    if stats is not None:
+        rec.tokens, rec.window, rec.exact = stats.tokens, stats.window, stats.exact
+    return rec
+
+
 def _keep_since(splices: str, floor: int, hlen: int, cursor: int, full: bool) -> int:
     """How many leading digests a caller that knew the conversation at namespace version
     ``cursor`` still holds (the minimum kept by every splice after it)."""
@@ -256,13 +268,7 @@ class SharedSQLiteStore(SharedStore):
         ).fetchone()
         if row is None or st is None:
             return None
-        rec = ConversationRecord.from_row(row[0], "")
-        rec.id = cid
-        rec.etag, rec.event_seq = st[0], st[5]
-        stats = Stats.of(json.loads(st[6])) if st[6] else None
-        if stats is not None:
-            rec.tokens, rec.window, rec.exact = stats.tokens, stats.window, stats.exact
-        return rec, st
+        return _record_of(cid, row[0], st), st
 
     def _bodies(self, digests: Iterable[str]) -> dict[str, str | bytes]:
         """The stored JSON of messages by digest (those found)."""
@@ -284,38 +290,55 @@ class SharedSQLiteStore(SharedStore):
         try:
             row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (ns,)).fetchone()
             ver = row[0] if row else 0
-            changed: list[Changed] = []
+            found: list[tuple[ConversationRecord, tuple[Any, ...], bool]] = []
             after = cursor
-            while True:
+            while True:  # a page of changed conversations, their records in the same query
                 rows = conn.execute(
-                    "SELECT id, ver, etag FROM conv_state WHERE ns = ? AND ver > ? AND ver <= ? ORDER BY ver LIMIT ?",
+                    "SELECT s.id, s.etag, s.ver, s.hlen, s.splices, s.floor, s.evseq, s.stats, c.meta"
+                    " FROM conv_state s JOIN conversations c ON c.id = s.id"
+                    " WHERE s.ns = ? AND s.ver > ? AND s.ver <= ? ORDER BY s.ver LIMIT ?",
                     (ns, after, ver, SYNC_PAGE),
                 ).fetchall()
-                picks = [(cid, False) for cid, _, etag in rows if known.get(cid) != etag]
-                if reload:
-                    picks += [(cid, True) for cid in reload]
-                    reload = []
-                for cid, full in picks:
-                    got = self._record(cid)
-                    if got is None:
-                        continue
-                    rec, st = got
-                    _, cver, hlen, splices, floor, _, _ = st
-                    keep = _keep_since(splices, floor, hlen, cursor, full)
-                    tail = self._digests(cid, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
-                    msgs: Mapping[str, Message] | None = {}
-                    if tail and len(tail) <= bodies:
-                        found = self._bodies(tail)
-                        msgs = StoredMessages(found) if all(d in found for d in tail) else None
-                    elif tail:
-                        msgs = None
-                    changed.append(Changed(rec, keep, tail, msgs, cver))
+                for r in rows:
+                    if known.get(r[0]) != r[1]:
+                        found.append((_record_of(r[0], r[8], r[1:8]), r[1:8], False))
                 if len(rows) < SYNC_PAGE:
                     break
-                after = rows[-1][1]
-            return Synced(ver, tuple(changed))
+                after = rows[-1][2]
+            for cid in reload:
+                got = self._record(cid)
+                if got is not None:
+                    found.append((got[0], got[1], True))
+            return Synced(ver, self._changes(found, cursor, bodies))
         finally:
             conn.execute("COMMIT")
+
+    def _changes(
+        self, found: list[tuple[ConversationRecord, tuple[Any, ...], bool]], cursor: int, bodies: int
+    ) -> tuple[Changed, ...]:
+        """What changed of each conversation ``found`` since ``cursor``: the tail of its
+        history and, for tails of at most ``bodies`` digests, their messages (read in one
+        query for all)."""
+        tails: list[tuple[ConversationRecord, int, tuple[str, ...], int]] = []
+        wanted: list[str] = []
+        for rec, st, full in found:
+            _, cver, hlen, splices, floor, _, _ = st
+            keep = _keep_since(splices, floor, hlen, cursor, full)
+            tail = self._digests(rec.id, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
+            tails.append((rec, keep, tail, cver))
+            if tail and len(tail) <= bodies:
+                wanted.extend(tail)
+        got = self._bodies(wanted) if wanted else {}
+        out = []
+        for rec, keep, tail, cver in tails:
+            msgs: Mapping[str, Message] | None = {}
+            if tail and len(tail) <= bodies:
+                mine = {d: got[d] for d in tail if d in got}
+                msgs = StoredMessages(mine) if len(mine) == len(set(tail)) else None
+            elif tail:
+                msgs = None
+            out.append(Changed(rec, keep, tail, msgs, cver))
+        return tuple(out)
 
     def _commit(self, c: Commit) -> Committed:
         rows = _rows(c.messages, c.blobs, c.timeline, c.events, c.log)
