@@ -14,7 +14,11 @@ handler sleeps 1, 2, 5, 10 … ms between tries); what a change writes is encode
 redacted before the lock is taken, so the lock is held only for the statements.
 Database work never runs on the event loop: writes on one thread per process, reads
 (syncs, reads of conversations, messages, the event log) on another with its own
-connection, so a sync never waits behind a commit queued for the lock.
+connection, so a sync never waits behind a commit queued for the lock. Checkpoints
+(copying the WAL back into the database, with its ``fsync``) run on a third thread,
+passive, every :data:`CHECKPOINT_EVERY` commits, never inside a commit: SQLite's
+automatic checkpoint ran in the commit that crossed 1000 pages, holding up that
+request and — behind the writers' lock — the other workers' commits for tens of ms.
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ CREATE TABLE IF NOT EXISTS event_log(id INTEGER PRIMARY KEY AUTOINCREMENT, body 
 """
 
 SYNC_PAGE = 200
+#: A passive checkpoint after this many commits of one process (see the module docstring).
+CHECKPOINT_EVERY = 100
 
 
 def _log_json(entry: dict[str, Any]) -> str:
@@ -160,6 +166,9 @@ class SharedSQLiteStore(SharedStore):
         self.clock = clock
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared")
         self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared-read")
+        self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared-checkpoint")
+        self._checkpointer: sqlite3.Connection | None = None
+        self._commits = 0
         self._conn: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._local = threading.local()
@@ -174,6 +183,7 @@ class SharedSQLiteStore(SharedStore):
         conn.execute("PRAGMA busy_timeout=10000")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints off the commit path
         conn.executescript(_SCHEMA)
         conn.executescript(_SHARED_SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '1')")
@@ -187,6 +197,22 @@ class SharedSQLiteStore(SharedStore):
         conn.execute("PRAGMA busy_timeout=10000")
         self._reader = conn
         self._local.conn = conn
+
+    def _checkpoint(self) -> None:
+        """A passive checkpoint (on the checkpoint thread, its own connection)."""
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("state: checkpoint failed (%s)", exc.__class__.__name__)
+
+    def _committed(self) -> None:
+        """Count a commit (writer thread); every :data:`CHECKPOINT_EVERY`, a checkpoint."""
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0 and not self._closed:
+            with contextlib.suppress(RuntimeError):  # shutting down
+                self._checkpoints.submit(self._checkpoint)
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -345,7 +371,10 @@ class SharedSQLiteStore(SharedStore):
         meta = ConversationRecord.meta_dict_to_json(c.meta)
         new_stats = json.dumps(c.stats.as_list()) if c.stats is not None else None
         with self._writing():
-            return self._commit_locked(c, rows, meta, new_stats)
+            res = self._commit_locked(c, rows, meta, new_stats)
+        if res.ok:
+            self._committed()
+        return res
 
     def _commit_locked(self, c: Commit, rows: _Rows, meta: str, new_stats: str | None) -> Committed:
         conn = self._db()
@@ -432,6 +461,7 @@ class SharedSQLiteStore(SharedStore):
         ]
         with self._writing():
             self._side_locked(encoded)
+        self._committed()
 
     def _side_locked(self, encoded: list[tuple[SideWrite, _Rows, str | None]]) -> None:
         conn = self._db()
@@ -586,12 +616,20 @@ class SharedSQLiteStore(SharedStore):
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
+        def _final_checkpoint() -> None:
+            self._checkpoint()  # what this process wrote, into the database file
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._reads, _final_read)
         await loop.run_in_executor(self._exec, _final)
         self._closed = True
+        await loop.run_in_executor(self._checkpoints, _final_checkpoint)
         self._reads.shutdown(wait=True)
         self._exec.shutdown(wait=True)
+        self._checkpoints.shutdown(wait=True)
 
     async def ping(self) -> None:
         await self._call(lambda: self._db().execute("SELECT 1").fetchone())
