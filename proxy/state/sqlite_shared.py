@@ -8,9 +8,9 @@ stats (``conv_state``); per namespace its version (``namespaces``); and the stor
 event log (``event_log``). WAL mode lets the processes read while one writes; a commit
 is one ``BEGIN IMMEDIATE`` transaction (the compare-and-set holds the write lock), so it
 is durable and visible to every worker when the call returns. Writers queue on an
-``flock`` of a lock file beside the database before they take SQLite's write lock, so a
-writer waiting for another worker's commit wakes as soon as it ends (SQLite's own busy
-handler sleeps 1, 2, 5, 10 … ms between tries); what a change writes is encoded and
+``flock`` of a lock file beside the database before they take SQLite's write lock,
+tried again within 0.1–1 ms while another worker holds it (SQLite's own busy handler
+sleeps 1, 2, 5, 10 … ms between tries); what a change writes is encoded and
 redacted before the lock is taken, so the lock is held only for the statements.
 Database work never runs on the event loop: writes on one thread per process, reads
 (syncs, reads of conversations, messages, the event log) on another with its own
@@ -81,6 +81,8 @@ CREATE TABLE IF NOT EXISTS event_log(id INTEGER PRIMARY KEY AUTOINCREMENT, body 
 SYNC_PAGE = 200
 #: A passive checkpoint after this many commits of one process (see the module docstring).
 CHECKPOINT_EVERY = 100
+#: Seconds a writer waits for the writers' lock (as SQLite's busy timeout did).
+LOCK_TIMEOUT = 10.0
 
 
 def _log_json(entry: dict[str, Any]) -> str:
@@ -216,11 +218,24 @@ class SharedSQLiteStore(SharedStore):
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        """Hold the writers' ``flock`` (see the module docstring)."""
+        """Hold the writers' ``flock`` (see the module docstring); like SQLite's busy
+        timeout, give up after :data:`LOCK_TIMEOUT` seconds (``database is locked``)."""
         fd = self._lock_fd
         if fd is None:
             raise StateUnavailable(f"{self.describe}: not open", "unreachable")
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = 0.0
+        pause = 0.0001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                now = time.monotonic()
+                deadline = deadline or now + LOCK_TIMEOUT
+                if now > deadline:
+                    raise sqlite3.OperationalError("database is locked (the writers' lock)") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.001)
         try:
             yield
         finally:

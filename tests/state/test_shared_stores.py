@@ -396,3 +396,36 @@ async def test_redis_down_fails_fast_and_says_nothing_of_the_password(tmp_path: 
     finally:
         await store.close()
         server.stop()
+
+
+async def test_sqlite_writers_queue_on_the_lock_file_and_give_up_like_a_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit waits while another process holds the writers' lock, goes through once
+    it is released, and gives up (``StateUnavailable``) after ``LOCK_TIMEOUT``."""
+    import fcntl
+    import os
+
+    import proxy.state.sqlite_shared as shared
+
+    path = tmp_path / "s.sqlite3"
+    store = SharedSQLiteStore(path)
+    await store.open()
+    try:
+        other = os.open(str(path) + "-writer.lock", os.O_RDWR)  # another worker's descriptor
+        fcntl.flock(other, fcntl.LOCK_EX)
+        waiting = asyncio.ensure_future(store.commit(commit(rec("c1", (msg("a").digest,)), None)))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert (await asyncio.wait_for(waiting, 5)).ok
+        monkeypatch.setattr(shared, "LOCK_TIMEOUT", 0.2)
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(StateUnavailable) as info:
+            await store.commit(commit(rec("c2", (msg("b").digest,)), None))
+        assert info.value.reason == "error" and "locked" in str(info.value)
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+        assert (await store.commit(commit(rec("c2", (msg("b").digest,)), None))).ok
+    finally:
+        await store.close()
