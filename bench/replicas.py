@@ -86,7 +86,7 @@ def _serve(name: str, fake: str, redis_url: str, workdir: Path) -> tuple[subproc
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k not in ("COMPACTION_GATE_CONFIG", "PROMETHEUS_MULTIPROC_DIR")}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     log = (workdir / f"{name}.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--config", str(path)],
                             stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=str(workdir))  # fmt: skip
@@ -225,12 +225,13 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
         if cpu:
             line += f"   {'':20}{f['cpu_server'] * 1e3:7.2f} {f['cpu_redis'] * 1e3:6.2f} {f['cpu_fake'] * 1e3:6.2f} {f['cpu_client'] * 1e3:6.2f}"
         print(line)
-    ratios = {
-        "sqlite w2/w1 rps": _ratio(res["sqlite-w2"]["rps"], res["sqlite-w1"]["rps"]),
-        "redis w2/w1 rps": _ratio(res["redis-w2"]["rps"], res["redis-w1"]["rps"]),
-        "redis/sqlite added p50 (w1)": _ratio(res["redis-w1"]["added_p50"], res["sqlite-w1"]["added_p50"]),
-        "redis/sqlite added p50 (w2)": _ratio(res["redis-w2"]["added_p50"], res["sqlite-w2"]["added_p50"]),
+    pairs = {
+        "sqlite w2/w1 rps": ("sqlite-w2", "sqlite-w1", "rps"),
+        "redis w2/w1 rps": ("redis-w2", "redis-w1", "rps"),
+        "redis/sqlite added p50 (w1)": ("redis-w1", "sqlite-w1", "added_p50"),
+        "redis/sqlite added p50 (w2)": ("redis-w2", "sqlite-w2", "added_p50"),
     }
+    ratios = {k: _ratio(res[a][f], res[b][f]) for k, (a, b, f) in pairs.items() if a in res and b in res}
     print("  ratios (rps = requests of the measured rounds / time the rounds took; "
           "added = p50 through the target - p50 direct):")  # fmt: skip
     for k, v in ratios.items():
@@ -240,6 +241,8 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         print(f"  what {cpus} CPUs allow (every process of a round counted; CPU-bound, perfectly balanced):")
         for b in ("sqlite", "redis"):
+            if f"{b}-w1" not in res or f"{b}-w2" not in res:
+                continue
             w1, w2 = res[f"{b}-w1"], res[f"{b}-w2"]
             total = sum(w2[f"cpu_{g}"] for g in ("server", "redis", "fake", "client"))
             harness = w2["cpu_fake"] + w2["cpu_client"]
@@ -264,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harness", choices=("lean", "aiohttp"), default="lean",
                     help="lean: bench.wire's raw HTTP client and upstream, with CPU per request "
                          "(default); aiohttp: bench.load's client and the project's FakeUpstream")  # fmt: skip
+    ap.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS),
+                    help="targets to run (default all; the ratios need both of a pair)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
     if not shutil.which("redis-server") and not Path("/usr/bin/redis-server").exists():
@@ -283,13 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         targets = {"direct": fake}
-        for name in TARGETS:
+        for name in args.targets:
             proc, url = _serve(name, fake, redis.url, workdir)
             procs.append(proc)
             targets[name] = url
         assert fake_proc.pid is not None and redis.proc is not None
         cpu = {"direct": {"fake": [fake_proc.pid]}}
-        for name, proc in zip(TARGETS, procs, strict=True):
+        for name, proc in zip(args.targets, procs, strict=True):
             cpu[name] = {"server": _tree(proc.pid), "fake": [fake_proc.pid]}
             if name.startswith("redis"):
                 cpu[name]["redis"] = [redis.proc.pid]

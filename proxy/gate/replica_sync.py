@@ -17,7 +17,7 @@ snapshots — is a cache of the store, kept current and never trusted on its own
   (:meth:`ReplicaSync._reset_cache`): other replicas may have moved on meanwhile.
 
 This module is a mixin of :class:`~proxy.gate.tracker.Tracker`: it works on the
-tracker's own structures, declared below.
+tracker's own structures, declared in :mod:`proxy.gate.tracker_parts`.
 """
 
 from __future__ import annotations
@@ -25,24 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING
 
-from proxy.core.lineage import History, LineageIndex
 from proxy.core.messages import Message, Snapshot
-from proxy.gate.hints import MAX_LINES, LineMemory
-from proxy.gate.hot import HotHistories
-from proxy.gate.ledger import PendingCount
+from proxy.gate.hints import MAX_LINES
 from proxy.gate.observation import Observation
-from proxy.gate.quiet import QuietQueue
-from proxy.gate.writes import Replica
+from proxy.gate.tracker_parts import TrackerParts
 from proxy.state.protocol import Changed, StateUnavailable
 from proxy.state.records import ConversationRecord
-from proxy.state.store import Store
 
 if TYPE_CHECKING:
-    from proxy.gate.normalize import IncrementalNormalizer
+    pass
 
 __all__ = ["SWEEP_SECONDS", "ReplicaSync"]
 
@@ -63,34 +57,11 @@ class _Taken(Container[str]):
         return x in self.a or x in self.b
 
 
-class ReplicaSync:
+class ReplicaSync(TrackerParts):
     """See the module docstring."""
-
-    store: Store
-    index: LineageIndex
-    lines: LineMemory
-    normalizer: IncrementalNormalizer
-    clock: Callable[[], float]
-    _recs: OrderedDict[str, ConversationRecord]
-    _hot: HotHistories
-    _pending: dict[str, PendingCount]
-    _replica: Replica | None
-    _resynced: set[str]
-    _sweeper: asyncio.Task[None] | None
-    _later: QuietQueue[Callable[[], None]]
-    _gens: dict[str, int]
 
     def _replaced(self, cid: str) -> None:
         self._gens[cid] = self._gens.get(cid, 0) + 1
-
-    def _history(self, rec: ConversationRecord) -> History:
-        raise NotImplementedError
-
-    def _forget_local(self, cid: str) -> None:
-        raise NotImplementedError
-
-    def settle_all(self) -> None:
-        raise NotImplementedError
 
     @property
     def shared(self) -> bool:
@@ -141,6 +112,8 @@ class ReplicaSync:
             self._recs.pop(cid, None)
             self._forget_local(cid)
         rep.cursors.clear()
+        rep.mine.clear()
+        rep.mine_ver.clear()
         rep.seen.clear()
         rep.reload.clear()
         rep.unlined.clear()
@@ -156,11 +129,14 @@ class ReplicaSync:
         assert rep is not None
         reload = rep.reload.pop(namespace, set())
         try:
-            synced = await self.store.sync(tenant, namespace, rep.cursors.get(namespace, 0), reload=reload)
+            synced = await self.store.sync(
+                tenant, namespace, rep.cursors.get(namespace, 0), reload=reload, known=rep.mine.get(namespace)
+            )
         except BaseException:
             if reload:
                 rep.reload.setdefault(namespace, set()).update(reload)
             raise
+        rep.synced_mine(namespace, synced.cursor)
         wanted: list[tuple[ConversationRecord, tuple[str, ...]]] = []
         for ch in synced.changed:
             side = self._adopt(ch)
@@ -266,6 +242,7 @@ class ReplicaSync:
         rep = self._replica
         if rep is not None:
             rep.seen.pop(cid, None)
+            rep.forget_mine(cid, rec.namespace if rec is not None else None)
             if rec is not None and rec.etag:
                 rep.reload.setdefault(rec.namespace, set()).add(cid)
 

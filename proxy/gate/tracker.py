@@ -9,6 +9,11 @@ snapshot of the conversation, which the gate diffs to see what a compaction lost
 :meth:`Tracker.record_reply` records the assistant's reply; the tap and the
 interceptor that feed it live in :mod:`proxy.gate.tracking`.
 
+The class is assembled from parts over shared structures (:mod:`proxy.gate.tracker_parts`):
+replies and deferred accounting (:mod:`proxy.gate.bookkeeping`), what stays in memory
+(:mod:`proxy.gate.residency`), the cache of a shared store (:mod:`proxy.gate.replica_sync`);
+this module holds the lifecycle, the queries, the policy layer's hooks and ``observe``.
+
 Concurrency: every mutation of a conversation happens synchronously within one
 event-loop step (no ``await`` between reading and writing its state), so concurrent
 requests on one conversation are serialised by construction. The only suspension point
@@ -38,26 +43,27 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from proxy.accounting import TokenAccounting
-from proxy.core.lineage import History, LineageIndex, Match, Probe, Relation, match
+from proxy.accounting import ModelInfo, TokenAccounting
+from proxy.core.lineage import LineageIndex, Match, Probe, Relation, match
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot
 from proxy.core.prefix import common_prefix
-from proxy.core.responses import Reply
 from proxy.gate.background import BACKGROUND_EXIT_WAIT, background_busy, in_daemon_thread
-from proxy.gate.budget import MemoryBudget, messages_bytes, record_bytes
+from proxy.gate.bookkeeping import Bookkeeping
+from proxy.gate.budget import MemoryBudget, record_bytes
 from proxy.gate.hints import LineMemory, RequestHints
 from proxy.gate.hot import Hot, HotHistories, tools_blob
 from proxy.gate.identity import ExplicitId, explicit_id, new_conversation_id
-from proxy.gate.ledger import PendingCount, count_request, no_counts
+from proxy.gate.ledger import PendingCount, no_counts
 from proxy.gate.normalize import IncrementalNormalizer, Normalized
 from proxy.gate.observation import TRACKED_KINDS, Observation
 from proxy.gate.quiet import QuietQueue
 from proxy.gate.replica_sync import ReplicaSync
 from proxy.gate.replytap import TrackingTap
+from proxy.gate.residency import Residency
+from proxy.gate.tracker_parts import TrackerConfig
 from proxy.gate.writes import DirectWrites, Replica, Writes
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
@@ -85,24 +91,7 @@ MAX_MATCHES = 8
 FIRST_SIGHT_MESSAGES = 200
 
 
-@dataclass(frozen=True)
-class TrackerConfig:
-    """Bounds of the tracker. ``ttl_seconds``: conversations idle longer are evicted;
-    ``max_conversations``: beyond it the least recently used are evicted;
-    ``hot_conversations``: how many full snapshots stay in memory (others are re-read
-    from the store when needed); ``max_timeline``: timeline entries kept in memory per
-    conversation (all are stored); ``max_memory_bytes``: the bound on what the tracker
-    keeps in memory (:mod:`proxy.gate.budget`; ``None``: only the bounds above)."""
-
-    ttl_seconds: float = 7 * 24 * 3600.0
-    max_conversations: int = 10_000
-    hot_conversations: int = 512
-    max_timeline: int = 1000
-    max_events: int = 1000
-    max_memory_bytes: int | None = None
-
-
-class Tracker(ReplicaSync):
+class Tracker(Bookkeeping, Residency, ReplicaSync):
     """Tracks conversations over a :class:`~proxy.state.store.Store`.
 
     Call :meth:`start` once (opens the store, loads the conversations) and
@@ -211,13 +200,6 @@ class Tracker(ReplicaSync):
             with contextlib.suppress(StateUnavailable):
                 await self._replica.flush()
         await self.store.flush()
-
-    def settle_all(self) -> None:
-        """Record every waiting reply and settle every pending accounting (readers,
-        flush and shutdown call this)."""
-        self._drain()
-        for cid in list(self._pending):
-            self._settle(cid)
 
     # ------------------------------------------------------------------ queries
 
@@ -428,31 +410,8 @@ class Tracker(ReplicaSync):
         ``defer``: leave its token accounting pending (see :mod:`proxy.gate.ledger`)."""
         now = self.clock()
         snap = norm.snapshot
-        cid = m.conversation_id
-        rec = self._recs.get(cid) if cid is not None else None
-        if rec is not None:
-            if self._replica is not None:
-                self._replica.begin(rec)
-            self._settle(rec.id)  # the previous request's counts are this one's base
-        if rec is None:
-            cid = new_conversation_id(explicit, self._recs if self._replica is None else self._taken())
-            rec = ConversationRecord(
-                id=cid,
-                tenant=ex.tenant,
-                namespace=namespace,
-                created=now,
-                last_seen=now,
-                explicit_id=explicit.value if explicit else None,
-                explicit_source=explicit.source if explicit else None,
-                parent_id=m.parent_id,
-            )
-            self._recs[cid] = rec
-            if self._replica is not None:
-                self._replica.begin(rec, create=True)
-            relation: Relation = m.relation if m.relation in ("new", "fork") else "new"
-        else:
-            relation = m.relation
-        assert cid is not None
+        rec, relation = self._open(ex, namespace, explicit, m, now)
+        cid = rec.id
         hot = self._hot.get(cid)
         previous = hot.snapshot if hot is not None else None
         info = self.accounting.model_info(model)
@@ -467,72 +426,18 @@ class Tracker(ReplicaSync):
 
         new_from = m.prefix_len if relation == "extend" else 0
         new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
-        self._w.messages(rec, new_msgs)
-        if norm.system_hash and (norm.system_hash != rec.system_hash or not self._hot.has_blob(norm.system_hash)):
-            self._put_blob(rec, norm.system_hash, snap.system)
-        if norm.tools_hash and (norm.tools_hash != rec.tools_hash or not self._hot.has_blob(norm.tools_hash)):
-            self._put_blob(rec, norm.tools_hash, tools_blob(snap.tools))
-
-        rec.seq += 1
-        entry = TimelineEntry(
-            seq=rec.seq,
-            at=now,
-            relation=relation,
-            transition=relation,
-            messages=len(snap.messages),
-            new_messages=len(new_msgs) if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
-            dropped=m.dropped,
-            tokens=0,
-            window=info.window,
-            share=None,
-            exact=info.exact,
-            model=model,
-            stream=ex.stream,
-            request_id=ex.request_id,
-        )
-        rec.timeline.append(entry)
-        rec.compactions += relation in COMPACTION_KINDS
-        rec.side_requests += relation == "side_request"
-        rec.last_relation = relation
-        if len(rec.timeline) > self.config.max_timeline:
-            del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
-        rec.last_seen = now
+        self._store_new(rec, norm, new_msgs)
+        entry = self._new_entry(ex, rec, relation, snap, m, len(new_msgs), info, model, now)
         if relation != "side_request":
+            self._advance(rec, namespace, api, body, norm, m, relation, previous, Hot(snap, base_cum, info.tokenizer), info)
             rec.model = model or rec.model
-            rec.dialect = snap.dialect
-            rec.system_hash = norm.system_hash
-            rec.tools_hash = norm.tools_hash
-            rec.digests = norm.digests
-            rec.request_len = len(norm.digests)
-            rec.window = info.window
-            rec.exact = info.exact
-            self._hot.set(cid, Hot(snap, base_cum, info.tokenizer))
-            same = 0
-            if previous is not None:
-                same = common_prefix(previous.digests, snap.digests, m.prefix_len if relation == "extend" else 0)
-            self._account_hot(cid, previous.messages if previous is not None else None, snap.messages, same)
-            self.index.upsert(self._history(rec), m.prefix_len if relation == "extend" else 0)
-            self.normalizer.remember(namespace, cid, api, body, norm)
-            self._resynced.discard(cid)
         elif rec.model is None:
             rec.model = model
         self._touch(cid)
         pending = PendingCount(
             entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
         )
-        if self.accounting.needs_precount(new_msgs):
-            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
-            # the event loop; a settle that comes first estimates them (and says so)
-            in_daemon_thread(self.accounting.precount, model, new_msgs)
-        if defer:
-            self._pending[cid] = pending
-            if self._replica is not None:  # committed with the request, counted later
-                self._w.timeline(rec, entry)
-                self._w.conversation(rec)
-            if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
-                self._count_first_sight(cid, model, new_msgs)
-        else:
-            self._account(rec, pending)
+        self._count(rec, pending, defer)
         self._evict(now)
         return Observation(
             conversation_id=cid,
@@ -557,231 +462,143 @@ class Tracker(ReplicaSync):
             request_id=ex.request_id,
         )
 
-    # ------------------------------------------------------------------ replies
-
-    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None:
-        """Run ``fn`` — bookkeeping that updates this tracker, such as recording a reply
-        — once the event loop is quiet (see :mod:`proxy.gate.quiet`): after the other
-        requests of a burst, at the latest before the next request is observed or
-        anything is read. While a worker thread still counts the first-seen history of
-        ``conversation_id``, ``fn`` waits for it too (then it finds the counts made)."""
-        fut = self._counting.get(conversation_id) if conversation_id else None
-        if fut is None or fut.done():
-            self._later.push(fn)
-            return
-        self._waiting.append(fn)
-
-        def ready(_: asyncio.Future[Any]) -> None:
-            if fn in self._waiting:  # not run by an earlier drain
-                self._waiting.remove(fn)
-                self._later.push(fn)
-
-        fut.add_done_callback(ready)
-
-    def _count_first_sight(self, cid: str, model: str | None, msgs: tuple[Message, ...]) -> None:
-        """Count a first-seen history's messages in a worker thread (tiktoken releases
-        the GIL); the conversation's reply is recorded once it is done (:meth:`later`)."""
-        fut = in_daemon_thread(self.accounting.count_messages, model, msgs)
-        self._counting[cid] = fut
-
-        def done(f: asyncio.Future[Any]) -> None:
-            if self._counting.get(cid) is f:
-                del self._counting[cid]
-
-        fut.add_done_callback(done)
-
-    def _drain(self) -> None:
-        """Run every waiting bookkeeping now (also what waits for a counting thread: the
-        loop counts what the thread has not counted yet)."""
-        if self._waiting:
-            waiting, self._waiting = self._waiting, []
-            for fn in waiting:
-                self._later.push(fn)
-        self._later.drain()
-
-    def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
-        """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
-        error). Appended to the history only if ``obs`` is still the conversation's
-        latest request and was not a side request; usage always goes to the timeline."""
-        rec = self._recs.get(obs.conversation_id)
-        if rec is None:
-            return
-        msgs = reply.messages if reply is not None else ()
-        advances = bool(msgs) and (
-            obs.relation == "side_request" or (rec.seq == obs.seq and reply is not None and reply.complete)
+    def _open(
+        self, ex: Exchange, namespace: str, explicit: ExplicitId | None, m: Match, now: float
+    ) -> tuple[ConversationRecord, Relation]:
+        """The record the request changes — the matched one (its previous request's
+        counts settled: they are this one's base) or a new one — with its transaction
+        opened on a shared store, and the request's relation to it."""
+        cid = m.conversation_id
+        rec = self._recs.get(cid) if cid is not None else None
+        if rec is not None:
+            if self._replica is not None:
+                self._replica.begin(rec)
+            self._settle(rec.id)
+            return rec, m.relation
+        cid = new_conversation_id(explicit, self._recs if self._replica is None else self._taken())
+        rec = ConversationRecord(
+            id=cid,
+            tenant=ex.tenant,
+            namespace=namespace,
+            created=now,
+            last_seen=now,
+            explicit_id=explicit.value if explicit else None,
+            explicit_source=explicit.source if explicit else None,
+            parent_id=m.parent_id,
         )
-        own_txn = advances and self._replica is not None and self._replica.busy(rec.id) is None
-        if own_txn:
-            assert self._replica is not None
-            self._replica.begin(rec)
-        pending = self._pending.get(rec.id)
-        own = pending is not None and pending.entry.seq == obs.seq
-        self._settle(rec.id, write=not own)  # this request's own entry is written below
-        entry = self._entry(rec, obs.seq)
-        if entry is not None:
-            entry.status = status if reply is None or reply.complete or status != "ok" else "incomplete"
-            if reply is not None:
-                entry.usage = reply.usage.as_dict() if reply.usage else None
-                entry.reply_messages = len(msgs)
-                entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
-                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
-                if entry.reply_estimated:
-                    in_daemon_thread(self.accounting.precount, obs.model, msgs)
-                if obs.relation == "side_request":
-                    entry.reply_digests = [x.digest for x in msgs]
-            self._w.timeline(rec, entry)
-        if msgs:
-            self._w.messages(rec, msgs)
-            self.lines.remember(self.index, rec.id, msgs)
-            if obs.relation == "side_request":
-                rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
-            elif advances:
-                self._append_reply(rec, obs, msgs)
-            # else: a later request already moved the conversation on, or cut short
-        self._w.conversation(rec)
-        self.budget.set_record(rec.id, record_bytes(rec))
-        if self.budget.over():
-            self._shed()
-        if own_txn:
-            self._commit_soon(rec.id)
+        self._recs[cid] = rec
+        if self._replica is not None:
+            self._replica.begin(rec, create=True)
+        return rec, m.relation if m.relation in ("new", "fork") else "new"
 
-    def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
-        """Make the reply the end of the conversation's history."""
-        hot = self._hot.get(rec.id)
-        rec.digests = rec.digests[: rec.request_len] + tuple(x.digest for x in msgs)
-        if hot is not None:
-            base = hot.snapshot
-            hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model)
-            del hot.cum[rec.request_len + 1 :]
-            for x in msgs:
-                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
-        self.index.upsert(self._history(rec), rec.request_len)
-        if hot is not None:
-            self._account_hot(rec.id, base.messages, hot.snapshot.messages, rec.request_len)
+    def _store_new(self, rec: ConversationRecord, norm: Normalized, new_msgs: tuple[Message, ...]) -> None:
+        """Write the request's new messages, and its system prompt and tools when new."""
+        snap = norm.snapshot
+        self._w.messages(rec, new_msgs)
+        if norm.system_hash and (norm.system_hash != rec.system_hash or not self._hot.has_blob(norm.system_hash)):
+            self._put_blob(rec, norm.system_hash, snap.system)
+        if norm.tools_hash and (norm.tools_hash != rec.tools_hash or not self._hot.has_blob(norm.tools_hash)):
+            self._put_blob(rec, norm.tools_hash, tools_blob(snap.tools))
 
-    def _account_hot(self, cid: str, old: tuple[Message, ...] | None, new: tuple[Message, ...], same: int) -> None:
-        """The memory account of ``cid``'s hot history, now ``new`` (was ``old``, the
-        first ``same`` messages alike): O(the messages that differ)."""
-        if cid not in self._hot:
+    def _new_entry(
+        self,
+        ex: Exchange,
+        rec: ConversationRecord,
+        relation: Relation,
+        snap: Snapshot,
+        m: Match,
+        new: int,
+        info: ModelInfo,
+        model: str | None,
+        now: float,
+    ) -> TimelineEntry:
+        """The request's timeline entry (``new``: how many of its messages are new),
+        appended to the record with its counters."""
+        rec.seq += 1
+        entry = TimelineEntry(
+            seq=rec.seq,
+            at=now,
+            relation=relation,
+            transition=relation,
+            messages=len(snap.messages),
+            new_messages=new if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
+            dropped=m.dropped,
+            tokens=0,
+            window=info.window,
+            share=None,
+            exact=info.exact,
+            model=model,
+            stream=ex.stream,
+            request_id=ex.request_id,
+        )
+        rec.timeline.append(entry)
+        rec.compactions += relation in COMPACTION_KINDS
+        rec.side_requests += relation == "side_request"
+        rec.last_relation = relation
+        if len(rec.timeline) > self.config.max_timeline:
+            del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
+        rec.last_seen = now
+        return entry
+
+    def _advance(
+        self,
+        rec: ConversationRecord,
+        namespace: str,
+        api: str,
+        body: dict[str, Any],
+        norm: Normalized,
+        m: Match,
+        relation: Relation,
+        previous: Snapshot | None,
+        hot: Hot,
+        info: ModelInfo,
+    ) -> None:
+        """Make the request the conversation's current history (not for side requests):
+        the record, its hot snapshot ``hot`` and memory account, the lineage index, the
+        normaliser's memory of the body."""
+        cid, snap = rec.id, norm.snapshot
+        rec.dialect = snap.dialect
+        rec.system_hash = norm.system_hash
+        rec.tools_hash = norm.tools_hash
+        rec.digests = norm.digests
+        rec.request_len = len(norm.digests)
+        rec.window = info.window
+        rec.exact = info.exact
+        self._hot.set(cid, hot)
+        kept = m.prefix_len if relation == "extend" else 0
+        same = common_prefix(previous.digests, snap.digests, kept) if previous is not None else 0
+        self._account_hot(cid, previous.messages if previous is not None else None, snap.messages, same)
+        self.index.upsert(self._history(rec), kept)
+        self.normalizer.remember(namespace, cid, api, body, norm)
+        self._resynced.discard(cid)
+
+    def _count(self, rec: ConversationRecord, pending: PendingCount, defer: bool) -> None:
+        """Count the request's tokens now, or leave them pending (``defer``; a long
+        first-seen history starts counting in a worker thread)."""
+        new_msgs = pending.new
+        if self.accounting.needs_precount(new_msgs):
+            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
+            # the event loop; a settle that comes first estimates them (and says so)
+            in_daemon_thread(self.accounting.precount, pending.model, new_msgs)
+        if not defer:
+            self._account(rec, pending)
             return
-        if old is None:
-            self.budget.set_hot(cid, messages_bytes(new))
-            return
-        n = self.budget.hot_of(cid) - messages_bytes(old[same:]) + messages_bytes(new[same:])
-        self.budget.set_hot(cid, n)
+        self._pending[rec.id] = pending
+        if self._replica is not None:  # committed with the request, counted later
+            self._w.timeline(rec, pending.entry)
+            self._w.conversation(rec)
+        if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
+            self._count_first_sight(rec.id, pending.model, new_msgs)
 
     def tap(self, obs: Observation) -> TrackingTap:
+        """The response tap that records the reply to ``obs``."""
         return TrackingTap(self, obs)
 
     # ------------------------------------------------------------------ internals
 
-    def _history(self, rec: ConversationRecord) -> History:
-        return History(rec.id, rec.namespace, rec.system_hash, rec.digests, rec.request_len, rec.last_seen)
-
-    def _entry(self, rec: ConversationRecord | None, seq: int) -> TimelineEntry | None:
-        if rec is None:
-            return None
-        for e in reversed(rec.timeline):
-            if e.seq == seq:
-                return e
-            if e.seq < seq:
-                break
-        return None
-
-    def _touch(self, cid: str) -> None:
-        self._recs.move_to_end(cid)
-        self._hot.touch(cid)
-        rec = self._recs.get(cid)
-        if rec is not None:
-            self.budget.set_record(cid, record_bytes(rec))
-
-    def _evict(self, now: float) -> None:
-        dead: list[str] = []
-        ttl = self.config.ttl_seconds
-        while self._recs:
-            cid, rec = next(iter(self._recs.items()))
-            if len(self._recs) > self.config.max_conversations or now - rec.last_seen > ttl:
-                if self._replica is not None and self._replica.busy(cid):
-                    break  # being committed: not now
-                self._recs.popitem(last=False)
-                dead.append(cid)
-            else:
-                break
-        if dead:
-            for cid in dead:
-                self._forget_local(cid)
-                self._gens.pop(cid, None)
-            self._w.forget(dead)
-        if self.budget.over():
-            self._shed()
-
-    def _shed(self) -> None:
-        """Bring what is kept in memory under ``max_memory_bytes``: drop the least
-        recently used hot histories (and the parsed requests the normaliser keeps for
-        them; re-read from the store when a request needs them), then, when none is left,
-        stop tracking the least recently used conversations in memory (a sole store
-        keeps them until their ``ttl_seconds``; an in-memory store forgets them). The
-        most recently used conversation is always kept."""
-        budget = self.budget
-        while budget.over():
-            cid = self._hot.oldest()
-            if cid is None:
-                break
-            self._hot.forget(cid)
-            ns = self.index.namespace_of(cid)
-            if ns is not None:
-                self.normalizer.forget(ns, cid)
-        dead: list[str] = []
-        while budget.over() and len(self._recs) > 1:
-            cid = next(iter(self._recs))
-            if self._replica is not None and self._replica.busy(cid):
-                break  # being committed: not now
-            self._recs.popitem(last=False)
-            self._forget_local(cid)
-            self._gens.pop(cid, None)
-            dead.append(cid)
-        if dead and isinstance(self.store, MemoryStore):
-            self._w.forget(dead)
-
-    def memory(self) -> dict[str, int | None]:
-        """What the tracker keeps in memory (estimated bytes, :mod:`proxy.gate.budget`)."""
-        return self.budget.report()
-
-    def _forget_local(self, cid: str) -> None:
-        """Drop everything this process keeps of ``cid`` but its record (see
-        :meth:`_evict` and :meth:`ReplicaSync._drop`)."""
-        self._pending.pop(cid, None)
-        self.budget.drop(cid)
-        ns = self.index.namespace_of(cid)
-        self.index.remove(cid)
-        self._hot.forget(cid)
-        self._resynced.discard(cid)
-        if ns is not None:
-            self.normalizer.forget(ns, cid)
-
     def _unseen(self, rec: ConversationRecord, snap: Snapshot) -> tuple[Message, ...]:
         known = set(rec.digests)
         return tuple(x for x in snap.messages if x.digest not in known)
-
-    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> None:
-        """Count request ``p`` of ``rec`` (:func:`~proxy.gate.ledger.count_request`); the
-        conversation's latest request also updates the cumulative counts of its history."""
-        cum, tokenizer = count_request(self.accounting, rec, p)
-        entry = p.entry
-        if entry.relation != "side_request" and rec.seq == entry.seq:
-            hot = self._hot.get(rec.id)
-            if hot is not None and hot.snapshot is p.snapshot:
-                hot.cum, hot.tokenizer = cum, tokenizer
-        self.lines.remember(self.index, rec.id, p.new)
-        if write:
-            self._w.timeline(rec, entry)
-            self._w.conversation(rec)
-
-    def _settle(self, conversation_id: str, write: bool = True) -> None:
-        p = self._pending.pop(conversation_id, None)
-        rec = self._recs.get(conversation_id) if p is not None else None
-        if p is not None and rec is not None:
-            self._account(rec, p, write)
 
     def _put_blob(self, rec: ConversationRecord, key: str, text: str) -> None:
         self._hot.keep_blob(key, text)
@@ -797,12 +614,3 @@ class Tracker(ReplicaSync):
             if self.accounting.claim_warm(model):
                 await in_daemon_thread(self.accounting.warm, model)
 
-    async def _hydrate(self, cid: str) -> None:
-        """Load a cold conversation's history from the store (under its lock)."""
-        msgs = await self._hot.hydrate(self.store, cid, self._recs.get)
-        if msgs is not None:
-            self.lines.remember(self.index, cid, msgs)
-            self.budget.set_hot(cid, messages_bytes(msgs))
-            self._touch(cid)
-            if self.budget.over():
-                self._shed()

@@ -43,6 +43,8 @@ log = logging.getLogger("proxy.gate.tracker")
 
 #: Ids this process learnt are taken elsewhere (bounded).
 MAX_TAKEN = 4096
+#: Own commits remembered per namespace until its next sync (bounded).
+MAX_MINE = 1024
 
 
 class Writes(Protocol):
@@ -139,6 +141,12 @@ class Replica:
         #: per namespace, conversations to read again in full at its next sync
         self.reload: dict[str, set[str]] = {}
         self.taken: OrderedDict[str, None] = OrderedDict()
+        #: per namespace, this process's commits its cursor could not move past (other
+        #: commits came between): conversation id → etag, which the store leaves out of
+        #: a sync while it still holds it (read by the store as the sync runs), and the
+        #: namespace version of each (forgotten once a sync's cursor reached it)
+        self.mine: dict[str, dict[str, str]] = {}
+        self.mine_ver: dict[str, dict[str, int]] = {}
         #: synced tails whose text lines are not indexed yet (conversation id, the
         #: messages as the store sent them, the tail's digests), and their message count
         self.unlined: deque[tuple[str, Mapping[str, Message], tuple[str, ...]]] = deque()
@@ -208,6 +216,8 @@ class Replica:
             self.seen[cid] = res.ver
             if self.cursors.get(rec.namespace, 0) == res.ver_before:
                 self.cursors[rec.namespace] = res.ver
+            else:
+                self._remember_mine(rec.namespace, cid, change.etag, res.ver)
             for fn in txn.after:
                 try:
                     fn()
@@ -218,6 +228,30 @@ class Replica:
             while len(self.taken) > MAX_TAKEN:
                 self.taken.popitem(last=False)
         return res
+
+    def _remember_mine(self, ns: str, cid: str, etag: str, ver: int) -> None:
+        mine, vers = self.mine.setdefault(ns, {}), self.mine_ver.setdefault(ns, {})
+        mine.pop(cid, None)
+        vers.pop(cid, None)
+        mine[cid], vers[cid] = etag, ver
+        while len(mine) > MAX_MINE:
+            old = next(iter(mine))
+            del mine[old], vers[old]
+
+    def synced_mine(self, ns: str, cursor: int) -> None:
+        """A sync of ``ns`` reached ``cursor``: own commits up to it need no skipping."""
+        vers = self.mine_ver.get(ns)
+        if not vers:
+            return
+        mine = self.mine[ns]
+        for cid in [c for c, v in vers.items() if v <= cursor]:
+            del mine[cid], vers[cid]
+
+    def forget_mine(self, cid: str, ns: str | None) -> None:
+        """``cid`` left the cache: its own commits must be synced again."""
+        for n in (ns,) if ns is not None else tuple(self.mine):
+            if n in self.mine and cid in self.mine[n]:
+                del self.mine[n][cid], self.mine_ver[n][cid]
 
     # -- writes
 

@@ -346,15 +346,25 @@ class RedisStore(SharedStore):
     # -- the shared protocol
 
     async def sync(
-        self, tenant: str, namespace: str, cursor: int, *, reload: Iterable[str] = (), bodies: int = 256
+        self,
+        tenant: str,
+        namespace: str,
+        cursor: int,
+        *,
+        reload: Iterable[str] = (),
+        bodies: int = 256,
+        known: Mapping[str, str] | None = None,
     ) -> Synced:
         ns = self._ns(tenant, namespace)
         changed: list[Changed] = []
         after = cursor
         again = list(reload)
+        pairs = [x for kv in list((known or {}).items()) for x in kv]
         while True:
             raw = await self._script(
-                "SYNC", (ns, ns + ":v"), (cursor, after, bodies, SYNC_PAGE, self._t(tenant) + ":c:", *again)
+                "SYNC",
+                (ns, ns + ":v"),
+                (cursor, after, bodies, SYNC_PAGE, self._t(tenant) + ":c:", len(pairs) // 2, *pairs, *again),
             )
             again = []
             next_cursor, more, entries = int(raw[0]), bool(raw[1]), raw[2]

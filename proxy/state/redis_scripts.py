@@ -170,7 +170,8 @@ return live and 1 or 0
 
 #: KEYS: ns zset, ns ver. ARGV: cursor (what the caller knows), after (page start),
 #: bodies (longest tail sent with its messages), page size, conv key prefix ('P:t:T:c:'),
-#: then the ids to reload in full. Returns {next cursor, more, entries}; an entry is
+#: the number n of known pairs, n pairs (cid, etag the caller holds: that conversation
+#: is left out while it still has that etag), then the ids to reload in full. Returns {next cursor, more, entries}; an entry is
 #: {cid, ver, meta, etag, evseq, stats, keep, tail digests, tail bodies}.
 SYNC = """
 local cursor = tonumber(ARGV[1])
@@ -179,6 +180,9 @@ local bodies = tonumber(ARGV[3])
 local page = tonumber(ARGV[4])
 local ver = tonumber(redis.call('GET', KEYS[2]) or '0')
 local out = {}
+local known = {}
+local nknown = tonumber(ARGV[6])
+for j = 7, 6 + 2 * nknown, 2 do known[ARGV[j]] = ARGV[j + 1] end
 local function entry(cid, score, full)
   local base = ARGV[5] .. string.sub(redis.sha1hex(cid), 1, 20)
   local f = redis.call('HMGET', base, 'meta', 'etag', 'sp', 'fl', 'ev', 'st')
@@ -186,6 +190,7 @@ local function entry(cid, score, full)
     redis.call('ZREM', KEYS[1], cid)
     return
   end
+  if not full and known[cid] == f[2] then return end
   local hlen = redis.call('LLEN', base .. ':h')
   local keep = hlen
   if full or cursor < tonumber(f[4] or '0') then
@@ -209,7 +214,7 @@ if #changed >= 2 * page then
   next_cursor = tonumber(changed[#changed])
 end
 for j = 1, #changed, 2 do entry(changed[j], changed[j + 1], false) end
-for j = 6, #ARGV do
+for j = 7 + 2 * nknown, #ARGV do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[j])
   entry(ARGV[j], s or 0, true)
 end

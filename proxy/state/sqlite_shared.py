@@ -7,22 +7,35 @@ namespace version of its last change, a short splice log, its event counter and 
 stats (``conv_state``); per namespace its version (``namespaces``); and the store-wide
 event log (``event_log``). WAL mode lets the processes read while one writes; a commit
 is one ``BEGIN IMMEDIATE`` transaction (the compare-and-set holds the write lock), so it
-is durable and visible to every worker when the call returns. All database work runs on
-one thread per process, never on the event loop; JSON encoding and redaction happen
-there too.
+is durable and visible to every worker when the call returns. Writers queue on an
+``flock`` of a lock file beside the database before they take SQLite's write lock,
+tried again within 0.1–1 ms while another worker holds it (SQLite's own busy handler
+sleeps 1, 2, 5, 10 … ms between tries); what a change writes is encoded and
+redacted before the lock is taken, so the lock is held only for the statements.
+Database work never runs on the event loop: writes on one thread per process, reads
+(syncs, reads of conversations, messages, the event log) on another with its own
+connection, so a sync never waits behind a commit queued for the lock. Checkpoints
+(copying the WAL back into the database, with its ``fsync``) run on a third thread,
+passive, every :data:`CHECKPOINT_EVERY` commits, never inside a commit: SQLite's
+automatic checkpoint ran in the commit that crossed 1000 pages, holding up that
+request and — behind the writers' lock — the other workers' commits for tens of ms.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import secrets
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,6 +79,10 @@ CREATE TABLE IF NOT EXISTS event_log(id INTEGER PRIMARY KEY AUTOINCREMENT, body 
 """
 
 SYNC_PAGE = 200
+#: A passive checkpoint after this many commits of one process (see the module docstring).
+CHECKPOINT_EVERY = 100
+#: Seconds a writer waits for the writers' lock (as SQLite's busy timeout did).
+LOCK_TIMEOUT = 10.0
 
 
 def _log_json(entry: dict[str, Any]) -> str:
@@ -75,6 +92,46 @@ def _log_json(entry: dict[str, Any]) -> str:
 
 def _blob_text(body: Any) -> str:
     return body.decode("utf-8", "surrogatepass") if isinstance(body, bytes) else str(body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """What a change writes besides its record, encoded and redacted (before the write
+    lock is taken)."""
+
+    messages: list[tuple[str, str | bytes]]
+    blobs: list[tuple[str, Any]]
+    timeline: list[tuple[int, str]]
+    events: list[str]
+    log: list[str]
+
+
+def _rows(
+    messages: Iterable[Message],
+    blobs: Iterable[tuple[str, str]],
+    timeline: Iterable[dict[str, Any]],
+    events: Iterable[GateEvent],
+    log_entries: Iterable[dict[str, Any]],
+) -> _Rows:
+    return _Rows(
+        [(m.digest, message_to_json(m)) for m in messages],
+        [(k, _blob_value(v)) for k, v in blobs],
+        [(d["seq"], TimelineEntry.dict_to_json(d)) for d in timeline],
+        [e.to_json() for e in events],
+        [_log_json(e) for e in log_entries],
+    )
+
+
+def _record_of(cid: str, meta: str, st: tuple[Any, ...]) -> ConversationRecord:
+    """A record from its stored meta and ``conv_state`` row (etag, ver, hlen, splices,
+    floor, evseq, stats)."""
+    rec = ConversationRecord.from_row(meta, "")
+    rec.id = cid
+    rec.etag, rec.event_seq = st[0], st[5]
+    stats = Stats.of(json.loads(st[6])) if st[6] else None
+    if stats is not None:
+        rec.tokens, rec.window, rec.exact = stats.tokens, stats.window, stats.exact
+    return rec
 
 
 def _keep_since(splices: str, floor: int, hlen: int, cursor: int, full: bool) -> int:
@@ -110,7 +167,14 @@ class SharedSQLiteStore(SharedStore):
         self.max_log = max_log
         self.clock = clock
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared")
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared-read")
+        self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-shared-checkpoint")
+        self._checkpointer: sqlite3.Connection | None = None
+        self._commits = 0
         self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._local = threading.local()
+        self._lock_fd: int | None = None
         self._closed = False
 
     # -- thread side
@@ -121,11 +185,61 @@ class SharedSQLiteStore(SharedStore):
         conn.execute("PRAGMA busy_timeout=10000")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints off the commit path
         conn.executescript(_SCHEMA)
         conn.executescript(_SHARED_SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '1')")
+        self._lock_fd = os.open(str(self.path) + "-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)
         self._conn = conn
+        self._local.conn = conn
         self._adopt()
+
+    def _connect_reader(self) -> None:
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0)
+        conn.execute("PRAGMA busy_timeout=10000")
+        self._reader = conn
+        self._local.conn = conn
+
+    def _checkpoint(self) -> None:
+        """A passive checkpoint (on the checkpoint thread, its own connection)."""
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("state: checkpoint failed (%s)", exc.__class__.__name__)
+
+    def _committed(self) -> None:
+        """Count a commit (writer thread); every :data:`CHECKPOINT_EVERY`, a checkpoint."""
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0 and not self._closed:
+            with contextlib.suppress(RuntimeError):  # shutting down
+                self._checkpoints.submit(self._checkpoint)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the writers' ``flock`` (see the module docstring); like SQLite's busy
+        timeout, give up after :data:`LOCK_TIMEOUT` seconds (``database is locked``)."""
+        fd = self._lock_fd
+        if fd is None:
+            raise StateUnavailable(f"{self.describe}: not open", "unreachable")
+        deadline = 0.0
+        pause = 0.0001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                now = time.monotonic()
+                deadline = deadline or now + LOCK_TIMEOUT
+                if now > deadline:
+                    raise sqlite3.OperationalError("database is locked (the writers' lock)") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.001)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _adopt(self) -> None:
         """Give conversations written by the sole-process store their shared state."""
@@ -135,6 +249,10 @@ class SharedSQLiteStore(SharedStore):
         ).fetchall()
         if not rows:
             return
+        with self._writing():
+            self._adopt_rows(conn, rows)
+
+    def _adopt_rows(self, conn: sqlite3.Connection, rows: list[Any]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for cid, meta, digests in rows:
@@ -154,9 +272,11 @@ class SharedSQLiteStore(SharedStore):
             raise
 
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
+        """This thread's connection (the writer's or the reader's)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or self._conn is None:
             raise StateUnavailable(f"{self.describe}: not open", "unreachable")
-        return self._conn
+        return conn
 
     def _digests(self, cid: str, first_chunk: int = 0) -> tuple[str, ...]:
         bodies = [
@@ -189,13 +309,7 @@ class SharedSQLiteStore(SharedStore):
         ).fetchone()
         if row is None or st is None:
             return None
-        rec = ConversationRecord.from_row(row[0], "")
-        rec.id = cid
-        rec.etag, rec.event_seq = st[0], st[5]
-        stats = Stats.of(json.loads(st[6])) if st[6] else None
-        if stats is not None:
-            rec.tokens, rec.window, rec.exact = stats.tokens, stats.window, stats.exact
-        return rec, st
+        return _record_of(cid, row[0], st), st
 
     def _bodies(self, digests: Iterable[str]) -> dict[str, str | bytes]:
         """The stored JSON of messages by digest (those found)."""
@@ -211,67 +325,97 @@ class SharedSQLiteStore(SharedStore):
     def _messages(self, digests: Iterable[str]) -> dict[str, Message]:
         return {d: message_from_json(_blob_text(b)) for d, b in self._bodies(digests).items()}
 
-    def _sync(self, ns: str, cursor: int, reload: list[str], bodies: int) -> Synced:
+    def _sync(self, ns: str, cursor: int, reload: list[str], bodies: int, known: Mapping[str, str]) -> Synced:
         conn = self._db()
         conn.execute("BEGIN")
         try:
             row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (ns,)).fetchone()
             ver = row[0] if row else 0
-            changed: list[Changed] = []
+            found: list[tuple[ConversationRecord, tuple[Any, ...], bool]] = []
             after = cursor
-            while True:
+            while True:  # a page of changed conversations, their records in the same query
                 rows = conn.execute(
-                    "SELECT id, ver FROM conv_state WHERE ns = ? AND ver > ? AND ver <= ? ORDER BY ver LIMIT ?",
+                    "SELECT s.id, s.etag, s.ver, s.hlen, s.splices, s.floor, s.evseq, s.stats, c.meta"
+                    " FROM conv_state s JOIN conversations c ON c.id = s.id"
+                    " WHERE s.ns = ? AND s.ver > ? AND s.ver <= ? ORDER BY s.ver LIMIT ?",
                     (ns, after, ver, SYNC_PAGE),
                 ).fetchall()
-                picks = [(cid, False) for cid, _ in rows]
-                if reload:
-                    picks += [(cid, True) for cid in reload]
-                    reload = []
-                for cid, full in picks:
-                    got = self._record(cid)
-                    if got is None:
-                        continue
-                    rec, st = got
-                    _, cver, hlen, splices, floor, _, _ = st
-                    keep = _keep_since(splices, floor, hlen, cursor, full)
-                    tail = self._digests(cid, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
-                    msgs: Mapping[str, Message] | None = {}
-                    if tail and len(tail) <= bodies:
-                        found = self._bodies(tail)
-                        msgs = StoredMessages(found) if all(d in found for d in tail) else None
-                    elif tail:
-                        msgs = None
-                    changed.append(Changed(rec, keep, tail, msgs, cver))
+                for r in rows:
+                    if known.get(r[0]) != r[1]:
+                        found.append((_record_of(r[0], r[8], r[1:8]), r[1:8], False))
                 if len(rows) < SYNC_PAGE:
                     break
-                after = rows[-1][1]
-            return Synced(ver, tuple(changed))
+                after = rows[-1][2]
+            for cid in reload:
+                got = self._record(cid)
+                if got is not None:
+                    found.append((got[0], got[1], True))
+            return Synced(ver, self._changes(found, cursor, bodies))
         finally:
             conn.execute("COMMIT")
 
+    def _changes(
+        self, found: list[tuple[ConversationRecord, tuple[Any, ...], bool]], cursor: int, bodies: int
+    ) -> tuple[Changed, ...]:
+        """What changed of each conversation ``found`` since ``cursor``: the tail of its
+        history and, for tails of at most ``bodies`` digests, their messages (read in one
+        query for all)."""
+        tails: list[tuple[ConversationRecord, int, tuple[str, ...], int]] = []
+        wanted: list[str] = []
+        for rec, st, full in found:
+            _, cver, hlen, splices, floor, _, _ = st
+            keep = _keep_since(splices, floor, hlen, cursor, full)
+            tail = self._digests(rec.id, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
+            tails.append((rec, keep, tail, cver))
+            if tail and len(tail) <= bodies:
+                wanted.extend(tail)
+        got = self._bodies(wanted) if wanted else {}
+        out = []
+        for rec, keep, tail, cver in tails:
+            msgs: Mapping[str, Message] | None = {}
+            if tail and len(tail) <= bodies:
+                mine = {d: got[d] for d in tail if d in got}
+                msgs = StoredMessages(mine) if len(mine) == len(set(tail)) else None
+            elif tail:
+                msgs = None
+            out.append(Changed(rec, keep, tail, msgs, cver))
+        return tuple(out)
+
     def _commit(self, c: Commit) -> Committed:
+        rows = _rows(c.messages, c.blobs, c.timeline, c.events, c.log)
+        meta = ConversationRecord.meta_dict_to_json(c.meta)
+        new_stats = json.dumps(c.stats.as_list()) if c.stats is not None else None
+        with self._writing():
+            res = self._commit_locked(c, rows, meta, new_stats)
+        if res.ok:
+            self._committed()
+        return res
+
+    def _commit_locked(self, c: Commit, rows: _Rows, meta: str, new_stats: str | None) -> Committed:
         conn = self._db()
         cid = c.conversation_id
         conn.execute("BEGIN IMMEDIATE")
         try:
             st = conn.execute(
-                "SELECT etag, hlen, splices, floor, evseq, stats_seq FROM conv_state WHERE id = ?", (cid,)
+                "SELECT etag, hlen, splices, floor, evseq, stats_seq, stats FROM conv_state WHERE id = ?", (cid,)
             ).fetchone()
             if c.expect is None:
                 if st is not None:
                     conn.execute("ROLLBACK")
                     return Committed(False, "exists")
-                hlen, splices, floor, evseq, stats_seq = 0, "", 0, 0, -1
+                hlen, splices, floor, evseq, stats_seq, stats = 0, "", 0, 0, -1, None
             elif st is None or st[0] != c.expect or c.keep > st[1]:
                 conn.execute("ROLLBACK")
                 return Committed(False, "conflict")
             else:
-                _, hlen, splices, floor, evseq, stats_seq = st
-            row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (c.namespace,)).fetchone()
-            before = row[0] if row else 0
-            ver = before + 1
-            conn.execute("INSERT OR REPLACE INTO namespaces(ns, ver) VALUES(?, ?)", (c.namespace, ver))
+                _, hlen, splices, floor, evseq, stats_seq, stats = st
+            got = conn.execute("UPDATE namespaces SET ver = ver + 1 WHERE ns = ? RETURNING ver", (c.namespace,)).fetchall()
+            if got:
+                ver = got[0][0]
+            else:
+                ver = 1
+                conn.execute("INSERT INTO namespaces(ns, ver) VALUES(?, 1)", (c.namespace,))
+            before = ver - 1
             if c.keep < hlen or c.append:
                 first = c.keep // DIGEST_CHUNK
                 kept = self._digests(cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
@@ -283,14 +427,11 @@ class SharedSQLiteStore(SharedStore):
             hlen = c.keep + len(c.append)
             conn.execute(
                 "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
-                (cid, c.last_seen, ConversationRecord.meta_dict_to_json(c.meta)),
+                (cid, c.last_seen, meta),
             )
-            evseq = self._parts(cid, c.messages, c.blobs, c.timeline, c.events, c.log, evseq)
-            stats = None
+            evseq = self._parts(cid, rows, evseq)
             if c.stats is not None and c.stats.seq >= stats_seq:
-                stats_seq, stats = c.stats.seq, json.dumps(c.stats.as_list())
-            elif st is not None:
-                stats = conn.execute("SELECT stats FROM conv_state WHERE id = ?", (cid,)).fetchone()[0]
+                stats_seq, stats = c.stats.seq, new_stats
             conn.execute(
                 "INSERT OR REPLACE INTO conv_state(id, tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats)"
                 " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -303,58 +444,61 @@ class SharedSQLiteStore(SharedStore):
             raise
         return Committed(True, "", before, ver)
 
-    def _parts(
-        self,
-        cid: str,
-        messages: Iterable[Message],
-        blobs: Iterable[tuple[str, str]],
-        timeline: Iterable[dict[str, Any]],
-        events: Iterable[GateEvent],
-        log_entries: Iterable[dict[str, Any]],
-        evseq: int,
-    ) -> int:
-        """Write a change's messages, blobs, timeline entries, events and log entries;
-        returns the conversation's event counter after them."""
+    def _parts(self, cid: str, rows: _Rows, evseq: int) -> int:
+        """Write a change's messages, blobs, timeline entries, events and log entries
+        (each trim only once there is something beyond its bound); returns the
+        conversation's event counter after them."""
         conn = self._db()
-        conn.executemany(
-            "INSERT OR IGNORE INTO messages(digest, body) VALUES(?, ?)", [(m.digest, message_to_json(m)) for m in messages]
-        )
-        conn.executemany("INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)", [(k, _blob_value(v)) for k, v in blobs])
-        for d in timeline:
-            conn.execute(
-                "INSERT OR REPLACE INTO timeline(conv, seq, body) VALUES(?, ?, ?)", (cid, d["seq"], TimelineEntry.dict_to_json(d))
-            )
-            conn.execute("DELETE FROM timeline WHERE conv = ? AND seq <= ?", (cid, d["seq"] - self.max_timeline))
-        for e in events:
+        if rows.messages:
+            conn.executemany("INSERT OR IGNORE INTO messages(digest, body) VALUES(?, ?)", rows.messages)
+        if rows.blobs:
+            conn.executemany("INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)", rows.blobs)
+        for seq, body in rows.timeline:
+            conn.execute("INSERT OR REPLACE INTO timeline(conv, seq, body) VALUES(?, ?, ?)", (cid, seq, body))
+            if seq > self.max_timeline:
+                conn.execute("DELETE FROM timeline WHERE conv = ? AND seq <= ?", (cid, seq - self.max_timeline))
+        for body in rows.events:
             evseq += 1
-            conn.execute("INSERT OR REPLACE INTO events(conv, seq, body) VALUES(?, ?, ?)", (cid, evseq, e.to_json()))
-            conn.execute("DELETE FROM events WHERE conv = ? AND seq <= ?", (cid, evseq - self.max_events))
-        for entry in log_entries:
-            cur = conn.execute("INSERT INTO event_log(body) VALUES(?)", (_log_json(entry),))
-            conn.execute("DELETE FROM event_log WHERE id <= ?", ((cur.lastrowid or 0) - self.max_log,))
+            conn.execute("INSERT OR REPLACE INTO events(conv, seq, body) VALUES(?, ?, ?)", (cid, evseq, body))
+            if evseq > self.max_events:
+                conn.execute("DELETE FROM events WHERE conv = ? AND seq <= ?", (cid, evseq - self.max_events))
+        for body in rows.log:
+            cur = conn.execute("INSERT INTO event_log(body) VALUES(?)", (body,))
+            last = cur.lastrowid or 0
+            if last > self.max_log:
+                conn.execute("DELETE FROM event_log WHERE id <= ?", (last - self.max_log,))
         return evseq
 
     def _side(self, writes: list[SideWrite]) -> None:
+        encoded = [
+            (w, _rows(w.messages, (), w.timeline, w.events, w.log), json.dumps(w.stats.as_list()) if w.stats else None)
+            for w in writes
+        ]
+        with self._writing():
+            self._side_locked(encoded)
+        self._committed()
+
+    def _side_locked(self, encoded: list[tuple[SideWrite, _Rows, str | None]]) -> None:
         conn = self._db()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for w in writes:
+            for w, rows, stats in encoded:
                 st = None
                 if w.conversation_id is not None:
                     st = conn.execute(
                         "SELECT evseq, stats_seq FROM conv_state WHERE id = ?", (w.conversation_id,)
                     ).fetchone()
                 if st is None:  # gone (or no conversation): only the store-wide log
-                    self._parts("", (), (), (), (), w.log, 0)
+                    self._parts("", _Rows([], [], [], [], rows.log), 0)
                     continue
                 cid = w.conversation_id
                 assert cid is not None
-                evseq = self._parts(cid, w.messages, (), w.timeline, w.events, w.log, st[0])
-                conn.execute("UPDATE conv_state SET evseq = ? WHERE id = ?", (evseq, cid))
+                evseq = self._parts(cid, rows, st[0])
+                if evseq != st[0]:
+                    conn.execute("UPDATE conv_state SET evseq = ? WHERE id = ?", (evseq, cid))
                 if w.stats is not None and w.stats.seq >= st[1]:
                     conn.execute(
-                        "UPDATE conv_state SET stats_seq = ?, stats = ? WHERE id = ?",
-                        (w.stats.seq, json.dumps(w.stats.as_list()), cid),
+                        "UPDATE conv_state SET stats_seq = ?, stats = ? WHERE id = ?", (w.stats.seq, stats, cid)
                     )
             conn.execute("COMMIT")
         except BaseException:
@@ -422,6 +566,12 @@ class SharedSQLiteStore(SharedStore):
         if not gone:
             return 0
         ids = [(c,) for c in gone]
+        with self._writing():
+            self._delete(conn, ids)
+        return len(gone)
+
+    @staticmethod
+    def _delete(conn: sqlite3.Connection, ids: list[tuple[str]]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for table, col in (
@@ -433,15 +583,20 @@ class SharedSQLiteStore(SharedStore):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-        return len(gone)
 
     # -- loop side
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(self._exec, fn, *args)
+
+    async def _read_call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(self._reads, fn, *args)
+
+    async def _on(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise StateUnavailable(f"{self.describe}: closed", "unreachable")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._exec, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
         except sqlite3.Error as exc:
             raise StateUnavailable(f"{self.describe}: {exc.__class__.__name__}: {exc}", "error") from None
 
@@ -457,27 +612,55 @@ class SharedSQLiteStore(SharedStore):
 
     async def open(self) -> None:
         await self._call(self._connect)
+        await self._read_call(self._connect_reader)
 
     async def close(self) -> None:
         if self._closed:
             return
 
+        def _final_read() -> None:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
         def _final() -> None:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
 
-        await asyncio.get_running_loop().run_in_executor(self._exec, _final)
+        def _final_checkpoint() -> None:
+            self._checkpoint()  # what this process wrote, into the database file
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._reads, _final_read)
+        await loop.run_in_executor(self._exec, _final)
         self._closed = True
+        await loop.run_in_executor(self._checkpoints, _final_checkpoint)
+        self._reads.shutdown(wait=True)
         self._exec.shutdown(wait=True)
+        self._checkpoints.shutdown(wait=True)
 
     async def ping(self) -> None:
         await self._call(lambda: self._db().execute("SELECT 1").fetchone())
 
     async def sync(
-        self, tenant: str, namespace: str, cursor: int, *, reload: Iterable[str] = (), bodies: int = 256
+        self,
+        tenant: str,
+        namespace: str,
+        cursor: int,
+        *,
+        reload: Iterable[str] = (),
+        bodies: int = 256,
+        known: Mapping[str, str] | None = None,
     ) -> Synced:
-        return await self._call(self._sync, namespace, cursor, list(reload), bodies)
+        # ``known`` is read as the sync runs (the caller's commits that end meanwhile count)
+        return await self._read_call(self._sync, namespace, cursor, list(reload), bodies, known or {})
 
     async def commit(self, change: Commit) -> Committed:
         return await self._call(self._commit, change)
@@ -488,18 +671,18 @@ class SharedSQLiteStore(SharedStore):
             await self._call(self._side, batch)
 
     async def read_conversation(self, conversation_id: str, max_timeline: int = 1000) -> ConversationRecord | None:
-        return await self._call(self._snapshot, self._read, conversation_id, max_timeline)
+        return await self._read_call(self._snapshot, self._read, conversation_id, max_timeline)
 
     async def recent_conversations(
         self, *, tenant: str | None = None, limit: int = 200
     ) -> tuple[int, list[ConversationRecord]]:
-        return await self._call(self._snapshot, self._recent, tenant, limit)
+        return await self._read_call(self._snapshot, self._recent, tenant, limit)
 
     async def conversation_messages(self, rec: ConversationRecord, digests: Iterable[str]) -> dict[str, Message]:
-        return await self._call(self._messages, list(digests))
+        return await self._read_call(self._messages, list(digests))
 
     async def load_messages(self, digests: Iterable[str]) -> dict[str, Message]:
-        return await self._call(self._messages, list(digests))
+        return await self._read_call(self._messages, list(digests))
 
     async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))
@@ -512,7 +695,7 @@ class SharedSQLiteStore(SharedStore):
                     out[k] = _blob_text(row[0])
             return out
 
-        return await self._call(_load)
+        return await self._read_call(_load)
 
     async def log(
         self,
@@ -523,7 +706,7 @@ class SharedSQLiteStore(SharedStore):
         action: str | None = None,
         kind: str | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._call(self._log, since, limit, {"conversation": conversation, "action": action, "kind": kind})
+        return await self._read_call(self._log, since, limit, {"conversation": conversation, "action": action, "kind": kind})
 
     async def sweep(self, now: float, ttl_seconds: float, max_conversations: int) -> int:
         return await self._call(self._sweep, now - ttl_seconds, max_conversations)

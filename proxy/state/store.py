@@ -25,7 +25,7 @@ which redacts them (:mod:`proxy.core.redaction`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from proxy.core.messages import Message
@@ -94,11 +94,20 @@ class Store(ABC):
     # -- shared stores (see proxy.state.protocol); a sole store never gets these calls
 
     async def sync(
-        self, tenant: str, namespace: str, cursor: int, *, reload: Iterable[str] = (), bodies: int = 256
+        self,
+        tenant: str,
+        namespace: str,
+        cursor: int,
+        *,
+        reload: Iterable[str] = (),
+        bodies: int = 256,
+        known: Mapping[str, str] | None = None,
     ) -> Synced:
         """The conversations of ``namespace`` changed since namespace version
         ``cursor``, plus the ``reload`` ones in full; tails of at most ``bodies``
-        digests come with their messages."""
+        digests come with their messages. ``known``: conversation id → the etag the
+        caller holds (its own commits since ``cursor``): left out while the store still
+        holds that etag (the caller's cache is that state)."""
         raise NotImplementedError
 
     async def commit(self, change: Commit) -> Committed:

@@ -144,6 +144,27 @@ async def test_sync_sends_only_the_changed_tail_with_its_messages(pair: Pair) ->
     assert (full.keep, full.tail) == (0, d[:2] + d[9:12] + d[5:6])
 
 
+async def test_sync_leaves_out_what_the_caller_says_it_holds(pair: Pair) -> None:
+    """``known``: the caller's own commits since its cursor are not sent back while the
+    store still holds the etag it knows; a later commit by another process, a stale
+    etag, or a reload in full are sent as usual."""
+    m = [msg(f"k{i}") for i in range(4)]
+    d = tuple(x.digest for x in m)
+    c1 = commit(rec("c1", d[:1]), None, msgs=(m[0],))
+    c2 = commit(rec("c2", d[1:2]), None, msgs=(m[1],))
+    assert (await pair.a.commit(c1)).ok and (await pair.b.commit(c2)).ok
+    got = await pair.a.sync("t1", "t1", 0, known={"c1": c1.etag})
+    assert [ch.record.id for ch in got.changed] == ["c2"]
+    got = await pair.a.sync("t1", "t1", 0, known={"c1": "stale", "c2": c2.etag})
+    assert [ch.record.id for ch in got.changed] == ["c1"]
+    c1b = commit(rec("c1", d[:2], seq=2), c1.etag, keep=1, msgs=(m[1],))
+    assert (await pair.b.commit(c1b)).ok  # another process moved c1 on
+    got = await pair.a.sync("t1", "t1", 0, known={"c1": c1.etag, "c2": c2.etag})
+    assert [(ch.record.id, ch.record.etag) for ch in got.changed] == [("c1", c1b.etag)]
+    [full] = (await pair.a.sync("t1", "t1", got.cursor, reload=["c2"], known={"c2": c2.etag})).changed
+    assert (full.record.id, full.keep, full.tail) == ("c2", 0, d[1:2])
+
+
 async def test_a_cursor_older_than_the_splice_log_gets_the_whole_history(pair: Pair) -> None:
     m = [msg(f"n{i}") for i in range(SPLICE_LOG + 4)]
     d = tuple(x.digest for x in m)
@@ -375,3 +396,36 @@ async def test_redis_down_fails_fast_and_says_nothing_of_the_password(tmp_path: 
     finally:
         await store.close()
         server.stop()
+
+
+async def test_sqlite_writers_queue_on_the_lock_file_and_give_up_like_a_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit waits while another process holds the writers' lock, goes through once
+    it is released, and gives up (``StateUnavailable``) after ``LOCK_TIMEOUT``."""
+    import fcntl
+    import os
+
+    import proxy.state.sqlite_shared as shared
+
+    path = tmp_path / "s.sqlite3"
+    store = SharedSQLiteStore(path)
+    await store.open()
+    try:
+        other = os.open(str(path) + "-writer.lock", os.O_RDWR)  # another worker's descriptor
+        fcntl.flock(other, fcntl.LOCK_EX)
+        waiting = asyncio.ensure_future(store.commit(commit(rec("c1", (msg("a").digest,)), None)))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert (await asyncio.wait_for(waiting, 5)).ok
+        monkeypatch.setattr(shared, "LOCK_TIMEOUT", 0.2)
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(StateUnavailable) as info:
+            await store.commit(commit(rec("c2", (msg("b").digest,)), None))
+        assert info.value.reason == "error" and "locked" in str(info.value)
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+        assert (await store.commit(commit(rec("c2", (msg("b").digest,)), None))).ok
+    finally:
+        await store.close()

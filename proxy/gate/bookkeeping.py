@@ -1,0 +1,158 @@
+"""The tracker's bookkeeping after a request: replies and deferred token accounting.
+
+A reply is recorded (:meth:`Bookkeeping.record_reply`) once the event loop is quiet
+(:meth:`Bookkeeping.later`, :mod:`proxy.gate.quiet`), after a worker thread counting the
+conversation's first-seen history when there is one; a request's token accounting left
+pending by ``observe(defer_accounting=True)`` is settled (:meth:`Bookkeeping._settle`)
+with its reply, before the conversation's next request, or when it is read
+(:mod:`proxy.gate.ledger`). A mixin of :class:`~proxy.gate.tracker.Tracker`
+(:mod:`proxy.gate.tracker_parts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from proxy.core.messages import Message, Snapshot
+from proxy.core.responses import Reply
+from proxy.gate.background import in_daemon_thread
+from proxy.gate.budget import record_bytes
+from proxy.gate.ledger import PendingCount, count_request
+from proxy.gate.observation import Observation
+from proxy.gate.tracker_parts import TrackerParts
+from proxy.state.records import ConversationRecord
+
+__all__ = ["Bookkeeping"]
+
+
+class Bookkeeping(TrackerParts):
+    """See the module docstring."""
+
+    def settle_all(self) -> None:
+        """Record every waiting reply and settle every pending accounting (readers,
+        flush and shutdown call this)."""
+        self._drain()
+        for cid in list(self._pending):
+            self._settle(cid)
+
+    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None:
+        """Run ``fn`` — bookkeeping that updates this tracker, such as recording a reply
+        — once the event loop is quiet (see :mod:`proxy.gate.quiet`): after the other
+        requests of a burst, at the latest before the next request is observed or
+        anything is read. While a worker thread still counts the first-seen history of
+        ``conversation_id``, ``fn`` waits for it too (then it finds the counts made)."""
+        fut = self._counting.get(conversation_id) if conversation_id else None
+        if fut is None or fut.done():
+            self._later.push(fn)
+            return
+        self._waiting.append(fn)
+
+        def ready(_: asyncio.Future[Any]) -> None:
+            if fn in self._waiting:  # not run by an earlier drain
+                self._waiting.remove(fn)
+                self._later.push(fn)
+
+        fut.add_done_callback(ready)
+
+    def _count_first_sight(self, cid: str, model: str | None, msgs: tuple[Message, ...]) -> None:
+        """Count a first-seen history's messages in a worker thread (tiktoken releases
+        the GIL); the conversation's reply is recorded once it is done (:meth:`later`)."""
+        fut = in_daemon_thread(self.accounting.count_messages, model, msgs)
+        self._counting[cid] = fut
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if self._counting.get(cid) is f:
+                del self._counting[cid]
+
+        fut.add_done_callback(done)
+
+    def _drain(self) -> None:
+        """Run every waiting bookkeeping now (also what waits for a counting thread: the
+        loop counts what the thread has not counted yet)."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for fn in waiting:
+                self._later.push(fn)
+        self._later.drain()
+
+    def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
+        """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
+        error). Appended to the history only if ``obs`` is still the conversation's
+        latest request and was not a side request; usage always goes to the timeline."""
+        rec = self._recs.get(obs.conversation_id)
+        if rec is None:
+            return
+        msgs = reply.messages if reply is not None else ()
+        advances = bool(msgs) and (
+            obs.relation == "side_request" or (rec.seq == obs.seq and reply is not None and reply.complete)
+        )
+        own_txn = advances and self._replica is not None and self._replica.busy(rec.id) is None
+        if own_txn:
+            assert self._replica is not None
+            self._replica.begin(rec)
+        pending = self._pending.get(rec.id)
+        own = pending is not None and pending.entry.seq == obs.seq
+        self._settle(rec.id, write=not own)  # this request's own entry is written below
+        entry = self._entry(rec, obs.seq)
+        if entry is not None:
+            entry.status = status if reply is None or reply.complete or status != "ok" else "incomplete"
+            if reply is not None:
+                entry.usage = reply.usage.as_dict() if reply.usage else None
+                entry.reply_messages = len(msgs)
+                entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
+                if entry.reply_estimated:
+                    in_daemon_thread(self.accounting.precount, obs.model, msgs)
+                if obs.relation == "side_request":
+                    entry.reply_digests = [x.digest for x in msgs]
+            self._w.timeline(rec, entry)
+        if msgs:
+            self._w.messages(rec, msgs)
+            self.lines.remember(self.index, rec.id, msgs)
+            if obs.relation == "side_request":
+                rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
+            elif advances:
+                self._append_reply(rec, obs, msgs)
+            # else: a later request already moved the conversation on, or cut short
+        self._w.conversation(rec)
+        self.budget.set_record(rec.id, record_bytes(rec))
+        if self.budget.over():
+            self._shed()
+        if own_txn:
+            self._commit_soon(rec.id)
+
+    def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
+        """Make the reply the end of the conversation's history."""
+        hot = self._hot.get(rec.id)
+        rec.digests = rec.digests[: rec.request_len] + tuple(x.digest for x in msgs)
+        if hot is not None:
+            base = hot.snapshot
+            hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model)
+            del hot.cum[rec.request_len + 1 :]
+            for x in msgs:
+                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
+        self.index.upsert(self._history(rec), rec.request_len)
+        if hot is not None:
+            self._account_hot(rec.id, base.messages, hot.snapshot.messages, rec.request_len)
+
+    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> None:
+        """Count request ``p`` of ``rec`` (:func:`~proxy.gate.ledger.count_request`); the
+        conversation's latest request also updates the cumulative counts of its history."""
+        cum, tokenizer = count_request(self.accounting, rec, p)
+        entry = p.entry
+        if entry.relation != "side_request" and rec.seq == entry.seq:
+            hot = self._hot.get(rec.id)
+            if hot is not None and hot.snapshot is p.snapshot:
+                hot.cum, hot.tokenizer = cum, tokenizer
+        self.lines.remember(self.index, rec.id, p.new)
+        if write:
+            self._w.timeline(rec, entry)
+            self._w.conversation(rec)
+
+    def _settle(self, conversation_id: str, write: bool = True) -> None:
+        p = self._pending.pop(conversation_id, None)
+        rec = self._recs.get(conversation_id) if p is not None else None
+        if p is not None and rec is not None:
+            self._account(rec, p, write)
