@@ -177,17 +177,36 @@ def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any
     asyncio.run(pumps())
 
 
-async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> tuple[float, float]:
+#: Seconds a probe may take: one that takes longer is counted as taking this long (a
+#: lower bound, reported as a timeout) and the probing goes on.
+PROBE_TIMEOUT = 60.0
+
+
+async def _timed(call: Callable[[], Any]) -> tuple[float, bool]:
+    """Seconds ``call()`` took, and whether it timed out (then: :data:`PROBE_TIMEOUT`)."""
     t = time.perf_counter()
-    async with s.get(url + "/healthz") as r:
-        await r.read()
-    hz = time.perf_counter() - t
-    t = time.perf_counter()
-    async with s.post(url + "/v1/chat/completions", data=small,
-                      headers={"content-type": "application/json", "authorization": f"Bearer {key}"}) as r:
-        await r.read()
-        assert r.status == 200, r.status
-    return hz, time.perf_counter() - t
+    try:
+        await asyncio.wait_for(call(), PROBE_TIMEOUT)
+    except asyncio.TimeoutError:
+        return PROBE_TIMEOUT, True
+    return time.perf_counter() - t, False
+
+
+async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> tuple[float, float, int]:
+    """Latencies of ``/healthz`` and the small request, and how many of them timed out."""
+    async def healthz() -> None:
+        async with s.get(url + "/healthz") as r:
+            await r.read()
+
+    async def chat() -> None:
+        async with s.post(url + "/v1/chat/completions", data=small,
+                          headers={"content-type": "application/json", "authorization": f"Bearer {key}"}) as r:
+            await r.read()
+            assert r.status == 200, r.status
+
+    hz, late_hz = await _timed(healthz)
+    sm, late_sm = await _timed(chat)
+    return hz, sm, late_hz + late_sm
 
 
 async def _probes(url: str, seconds: float, interval: float, direct: str) -> tuple[list[float], list[float], list[float]]:
@@ -202,7 +221,10 @@ async def _probes(url: str, seconds: float, interval: float, direct: str) -> tup
         while time.perf_counter() < deadline:
             small = json.dumps({"model": "gpt-4o", "messages": [
                 {"role": "user", "content": f"probe {i} of a small conversation"}]}).encode()
-            h, m = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
+            h, m, late = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
+            if late:
+                print(f"  {late} probe(s) timed out after {PROBE_TIMEOUT:.0f} s (counted as {PROBE_TIMEOUT:.0f} s)",
+                      flush=True)
             hz.append(h)
             sm.append(m)
             t = time.perf_counter()
@@ -333,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             p.terminate()
         for p in procs:
             p.join(timeout=5)
+            if p.is_alive():  # never left behind, nor waited for at exit (the proxy is not daemonic)
+                p.kill()
+                p.join(timeout=5)
     return 0
 
 
