@@ -12,13 +12,13 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
 from proxy.gate.background import in_daemon_thread
 from proxy.gate.observation import Observation
 from proxy.state import offload
-from proxy.state.offload import BACKGROUND_NICE
 
 __all__ = ["ASSEMBLE_BYTES", "OFFLOAD_BYTES", "ReplySink", "TrackingTap"]
 
@@ -108,13 +108,13 @@ class TrackingTap:
         parsing = _parse_elsewhere(api, body)
 
         def reply() -> Reply | None:
-            if parsing is not None and parsing.done() and not parsing.cancelled():
-                done = parsing.result()
-                if done is not None:
-                    return done[0]
-            return _reply_of(api, body)[0]  # small, or drained before the worker was done
+            if parsing is not None:
+                if parsing.done() and not parsing.cancelled() and parsing.exception() is None:
+                    return parsing.result()[0]
+                parsing.cancel()  # drained before the worker was done (or it failed): here
+            return _reply_of(api, body)[0]
 
-        self._record(reply, "ok", parsing)
+        self._record(reply, "ok", asyncio.wrap_future(parsing) if parsing is not None else None)
         return body
 
     def feed_event(self, raw_event: bytes) -> list[bytes]:
@@ -156,7 +156,7 @@ class TrackingTap:
             assemble()  # done in the thread already (or, drained before it was, now)
             return made[0]
 
-        self._record(reply, "ok", _in_thread(assemble))
+        self._record(reply, "ok", _in_thread(assemble))  # at the loop's priority: a drain may wait for it
         return []
 
     def closed(self, reason: str) -> None:
@@ -184,18 +184,17 @@ def _in_thread(fn: Callable[[], None]) -> asyncio.Future[Any] | None:
         asyncio.get_running_loop()
     except RuntimeError:
         return None
-    return in_daemon_thread(fn, nice=BACKGROUND_NICE)
+    return in_daemon_thread(fn)
 
 
-def _parse_elsewhere(api: str, body: bytes) -> asyncio.Task[tuple[Reply | None] | None] | None:
-    """A large reply parsed in the request path's worker process (the task's result is
-    ``None`` when no worker could); ``None`` for a small one or outside an event loop."""
-    if len(body) < OFFLOAD_BYTES or not offload.can_offload():
+def _parse_elsewhere(api: str, body: bytes) -> Future[tuple[Reply | None]] | None:
+    """A large reply parsed in the request path's worker process (a future of the
+    worker's, done as soon as the worker is: a drain that comes after it uses it);
+    ``None`` for a small one, outside an event loop, or when no worker can run."""
+    if len(body) < OFFLOAD_BYTES:
         return None
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
     except RuntimeError:
         return None
-    task = loop.create_task(offload.run(_reply_of, api, body))
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "not retrieved"
-    return task
+    return offload.submit(_reply_of, api, body)

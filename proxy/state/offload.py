@@ -29,13 +29,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
 
-__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "run", "spans_of"]
+__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "run", "spans_of", "submit"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -149,21 +149,43 @@ def spans_of(text: str) -> list[tuple[int, int, str, str]]:
         return secret_spans(text)
 
 
-async def run(fn: Callable[..., T], *args: Any) -> T | None:
-    """``fn(*args)`` in the request path's worker process, awaited; ``None`` when no
-    worker can run it (not spawnable here, or it broke: it is restarted next time),
-    and the caller does the work itself. ``fn`` must not raise (hand errors back as
-    values): an exception here is the worker's failure."""
+def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
+    """``fn(*args)`` in the request path's worker process (its future, whose exception
+    is the worker's failure: ``fn`` must hand its own errors back as values); ``None``
+    when no worker can run it here. A broken worker is restarted on the next call."""
     if not _can_spawn():
         return None
     pool = _REQUEST.executor()
     try:
-        return await asyncio.wrap_future(pool.submit(fn, *args))
+        fut = pool.submit(fn, *args)
+    except (BrokenProcessPool, OSError, RuntimeError) as exc:
+        _broken(pool, exc)
+        return None
+
+    def failed(f: Future[T]) -> None:
+        if not f.cancelled() and f.exception() is not None:
+            _broken(pool, f.exception())
+
+    fut.add_done_callback(failed)
+    return fut
+
+
+def _broken(pool: ProcessPoolExecutor, exc: BaseException | None) -> None:
+    log.warning("request worker unavailable (%s); working in-process", type(exc).__name__)
+    _REQUEST.discard(pool)
+
+
+async def run(fn: Callable[..., T], *args: Any) -> T | None:
+    """``fn(*args)`` in the request path's worker process, awaited (:func:`submit`);
+    ``None`` when no worker can run it, and the caller does the work itself."""
+    fut = submit(fn, *args)
+    if fut is None:
+        return None
+    try:
+        return await asyncio.wrap_future(fut)
     except asyncio.CancelledError:
         raise
-    except (BrokenProcessPool, OSError, RuntimeError) as exc:
-        log.warning("request worker unavailable (%s); working in-process", type(exc).__name__)
-        _REQUEST.discard(pool)
+    except Exception:  # noqa: BLE001 - the worker failed (logged by submit's callback)
         return None
 
 
