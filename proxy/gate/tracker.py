@@ -220,6 +220,15 @@ class Tracker(ReplicaSync):
         for cid in list(self._pending):
             self._settle(cid)
 
+    def _settle_tenant(self, tenant: str) -> None:
+        """:meth:`settle_all` for what a request of ``tenant`` can match (no conversation
+        crosses tenants): another tenant's 10 MB reply is not parsed for it."""
+        self._drain(tenant)
+        for cid in list(self._pending):
+            rec = self._recs.get(cid)
+            if rec is None or rec.tenant == tenant:
+                self._settle(cid)
+
     # ------------------------------------------------------------------ queries
 
     def get(self, conversation_id: str) -> ConversationRecord | None:
@@ -379,8 +388,8 @@ class Tracker(ReplicaSync):
         self._ensure_warm(model)
         agent = self.hints.summarization_agent(snap) or self.hints.request_agent(ex.headers, body)
         lines = self.lines.probe(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
-        if lines:
-            self.settle_all()  # line matching sees every recorded request's lines
+        if lines:  # line matching sees every recorded request's lines (of this tenant)
+            self._settle_tenant(ex.tenant)
         if self._replica is not None:
             await self._sync(ex.tenant, namespace, lines=bool(lines))  # what the other processes changed
         reused_from = norm.reused_from if norm.reused_from not in self._resynced else None

@@ -42,8 +42,11 @@ async def test_another_tenants_request_does_not_wait_for_a_large_reply_nor_force
     t.tap(obs).feed_json(200, raw)
     [fut] = held
     rec = t._recs[obs.conversation_id]
-    other = await t.observe(exchange(body([{"role": "user", "content": "hello"}]), tenant="tenant-b"))
-    assert other is not None and other.conversation_id != obs.conversation_id
+    for text in ("hello", "please check the rollout status of release 4f1c2b9 in the production cluster now\n"
+                 "and report every failing pod with its full name and the reason it gives"):
+        # a short request with lines to match settles what it could match: its tenant's
+        other = await t.observe(exchange(body([{"role": "user", "content": text}]), tenant="tenant-b"))
+        assert other is not None and other.conversation_id != obs.conversation_id
     await asyncio.sleep(0.05)
     assert rec.timeline[-1].status == "pending"  # still waiting for the worker
     fut.set_result(replytap._reply_of("chat", raw))  # what the worker hands back
