@@ -34,12 +34,18 @@ def held(monkeypatch: pytest.MonkeyPatch) -> list[Future[Any]]:
     return futures
 
 
-async def test_another_tenants_request_does_not_wait_for_a_large_reply_nor_force_it(held: list[Any]) -> None:
+async def _replied() -> tuple[Any, Any, bytes]:
+    """A tracker, the observation of a first request, and the JSON reply fed to its tap."""
     t = await new_tracker()
     obs = await t.observe(exchange(body(MSGS)))
     assert obs is not None
     raw = chat_reply("rolled out 4f1c2b9")
     t.tap(obs).feed_json(200, raw)
+    return t, obs, raw
+
+
+async def test_another_tenants_request_does_not_wait_for_a_large_reply_nor_force_it(held: list[Any]) -> None:
+    t, obs, raw = await _replied()
     [fut] = held
     rec = t._recs[obs.conversation_id]
     for text in ("hello", "please check the rollout status of release 4f1c2b9 in the production cluster now\n"
@@ -58,10 +64,7 @@ async def test_another_tenants_request_does_not_wait_for_a_large_reply_nor_force
 
 
 async def test_the_same_tenants_next_request_records_it_first_without_the_worker(held: list[Any]) -> None:
-    t = await new_tracker()
-    obs = await t.observe(exchange(body(MSGS)))
-    assert obs is not None
-    t.tap(obs).feed_json(200, chat_reply("rolled out 4f1c2b9"))
+    t, obs, _ = await _replied()
     msgs = [*MSGS, {"role": "assistant", "content": "rolled out 4f1c2b9"}, {"role": "user", "content": "roll back"}]
     obs2 = await t.observe(exchange(body(msgs)))  # the worker never answered
     assert obs2 is not None and obs2.conversation_id == obs.conversation_id
@@ -74,10 +77,7 @@ async def test_the_same_tenants_next_request_records_it_first_without_the_worker
 
 
 async def test_a_read_records_a_waiting_reply(held: list[Any]) -> None:
-    t = await new_tracker()
-    obs = await t.observe(exchange(body(MSGS)))
-    assert obs is not None
-    t.tap(obs).feed_json(200, chat_reply("rolled out 4f1c2b9"))
+    t, obs, _ = await _replied()
     rec = t.get(obs.conversation_id)
     assert rec is not None and rec.timeline[-1].status == "ok" and len(rec.digests) == 2
     await t.close()
