@@ -159,9 +159,12 @@ def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
 #: Digests of messages with a long text computed ahead of time, elsewhere (a worker
 #: process that decoded a large request body made them from the same text objects: see
 #: :func:`remember_digests`), by the identity of the fields the digest is made of. The
-#: value keeps the texts alive, so their ids stay theirs. Bounded (oldest out first).
+#: value keeps the texts alive, so their ids stay theirs. Bounded in entries and in the
+#: characters it keeps alive (oldest out first).
 _AHEAD: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
 _AHEAD_MAX = 64
+_AHEAD_MAX_CHARS = 64 << 20
+_ahead_chars = 0
 
 
 def _ahead_key(role: str, parts: Sequence[Part], name: str | None) -> tuple[Any, ...]:
@@ -178,11 +181,22 @@ def remember_digests(messages: Iterable[Message]) -> None:
     same message again — the same fields, the very same text objects — does not hash
     it again (on the event loop: ~16 ms for 10 MB). A message built from other text
     objects, or with any other field, is hashed as always."""
+    global _ahead_chars
     for m in messages:
-        if has_long_text(m):
-            while len(_AHEAD) >= _AHEAD_MAX:
-                _AHEAD.pop(next(iter(_AHEAD)), None)
-            _AHEAD[_ahead_key(m.role, m.parts, m.name)] = (m.digest, tuple(p.text for p in m.parts))
+        if not has_long_text(m):
+            continue
+        texts = tuple(p.text for p in m.parts)
+        size = sum(map(len, texts))
+        if size > _AHEAD_MAX_CHARS:
+            continue
+        while _AHEAD and (len(_AHEAD) >= _AHEAD_MAX or _ahead_chars + size > _AHEAD_MAX_CHARS):
+            _ahead_chars -= sum(map(len, _AHEAD.pop(next(iter(_AHEAD)))[1]))
+        key = _ahead_key(m.role, m.parts, m.name)
+        old = _AHEAD.pop(key, None)
+        if old is not None:
+            _ahead_chars -= sum(map(len, old[1]))
+        _AHEAD[key] = (m.digest, texts)
+        _ahead_chars += size
 
 
 def _digest_of_large(role: str, parts: Sequence[Part], name: str | None) -> str:
