@@ -26,7 +26,8 @@ on the other.
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
 100 ms late, the stacks of all its threads (``DIR/stalls.txt``), and, when py-spy is
 installed, which thread holds the GIL while loaded (``DIR/gil-loaded-N.txt``, py-spy's
-folded stacks per thread).
+folded stacks per thread); when a probe times out (:data:`PROBE_TIMEOUT`), every
+asyncio task's and thread's stack in the proxy (``DIR/tasks.txt``).
 """
 
 from __future__ import annotations
@@ -104,6 +105,22 @@ def _watch_loop(trace: str, late: float) -> None:
     beat()
 
 
+def _dump_tasks(trace: str) -> None:
+    """Every asyncio task's stack and every thread's, to ``trace``/tasks.txt (on SIGUSR1:
+    sent when a probe times out, to see what it waits for)."""
+    import faulthandler
+    import io
+
+    out = io.StringIO()
+    out.write(f"=== {time.time():.3f}: {len(asyncio.all_tasks())} tasks\n")
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=12, file=out)
+    with open(os.path.join(trace, "tasks.txt"), "a") as f:
+        f.write(out.getvalue())
+        f.flush()
+        faulthandler.dump_traceback(file=f)
+
+
 def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream: str, state_dir: str,
                  trace: str | None = None) -> None:
     """The served product (tracking + the default policy, SQLite state), sending the
@@ -135,6 +152,7 @@ def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstrea
         await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
         if trace:
             _watch_loop(trace, 0.1)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks, trace)
         q.put((server.url, os.getpid()))
         await asyncio.Event().wait()
 
@@ -177,20 +195,40 @@ def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any
     asyncio.run(pumps())
 
 
-async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> tuple[float, float]:
-    t = time.perf_counter()
-    async with s.get(url + "/healthz") as r:
-        await r.read()
-    hz = time.perf_counter() - t
-    t = time.perf_counter()
-    async with s.post(url + "/v1/chat/completions", data=small,
-                      headers={"content-type": "application/json", "authorization": f"Bearer {key}"}) as r:
-        await r.read()
-        assert r.status == 200, r.status
-    return hz, time.perf_counter() - t
+#: Seconds a probe may take: one that takes longer is counted as taking this long (a
+#: lower bound, reported as a timeout) and the probing goes on.
+PROBE_TIMEOUT = 20.0
 
 
-async def _probes(url: str, seconds: float, interval: float, direct: str) -> tuple[list[float], list[float], list[float]]:
+async def _timed(call: Callable[[], Any]) -> tuple[float, bool]:
+    """Seconds ``call()`` took, and whether it timed out (then: :data:`PROBE_TIMEOUT`)."""
+    t = time.perf_counter()
+    try:
+        await asyncio.wait_for(call(), PROBE_TIMEOUT)
+    except asyncio.TimeoutError:
+        return PROBE_TIMEOUT, True
+    return time.perf_counter() - t, False
+
+
+async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> tuple[float, float, int]:
+    """Latencies of ``/healthz`` and the small request, and how many of them timed out."""
+    async def healthz() -> None:
+        async with s.get(url + "/healthz") as r:
+            await r.read()
+
+    async def chat() -> None:
+        async with s.post(url + "/v1/chat/completions", data=small,
+                          headers={"content-type": "application/json", "authorization": f"Bearer {key}"}) as r:
+            await r.read()
+            assert r.status == 200, r.status
+
+    hz, late_hz = await _timed(healthz)
+    sm, late_sm = await _timed(chat)
+    return hz, sm, late_hz + late_sm
+
+
+async def _probes(url: str, seconds: float, interval: float, direct: str,
+                  on_timeout: Callable[[], None] = lambda: None) -> tuple[list[float], list[float], list[float]]:
     """Probe latencies (healthz, small request; and the small request sent straight to
     its fake upstream, the harness's own share) over ``seconds``."""
     hz: list[float] = []
@@ -202,7 +240,11 @@ async def _probes(url: str, seconds: float, interval: float, direct: str) -> tup
         while time.perf_counter() < deadline:
             small = json.dumps({"model": "gpt-4o", "messages": [
                 {"role": "user", "content": f"probe {i} of a small conversation"}]}).encode()
-            h, m = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
+            h, m, late = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
+            if late:
+                on_timeout()
+                print(f"  {late} probe(s) timed out after {PROBE_TIMEOUT:.0f} s (counted as {PROBE_TIMEOUT:.0f} s)",
+                      flush=True)
             hz.append(h)
             sm.append(m)
             t = time.perf_counter()
@@ -228,12 +270,13 @@ def _spy(pid: int, trace: str | None, name: str) -> subprocess.Popen[bytes] | No
 
 def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None, direct: str,
            spy: Callable[[], subprocess.Popen[bytes] | None] = lambda: None,
+           on_timeout: Callable[[], None] = lambda: None,
            ) -> tuple[list[float], list[float], list[float], int]:
     """Probe latencies with ``big`` large requests kept in flight (0: quiet); returns the
     two lists and how many large requests completed meanwhile. ``spy`` starts a profiler
     for the probing (stopped after it)."""
     if not big:
-        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct, on_timeout))
         return hz, sm, dr, 0
     ready = mp.Event()
     done: Any = mp.Value("i", 0)
@@ -244,7 +287,7 @@ def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: s
         time.sleep(1.5)  # the large requests are under way
         before = done.value
         sampler = spy()
-        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct))
+        hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct, on_timeout))
         if sampler is not None:
             sampler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             sampler.wait(30)
@@ -294,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         url, pid = q.get(timeout=120)
         rows: list[dict[str, float]] = []
         for r in range(args.rounds):
-            quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0])
+            dump = (lambda: os.kill(pid, signal.SIGUSR1)) if args.trace else (lambda: None)
+            quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0], on_timeout=dump)
             loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0],
-                            lambda r=r: _spy(pid, args.trace, f"gil-loaded-{r + 1}.txt"))
+                            lambda r=r: _spy(pid, args.trace, f"gil-loaded-{r + 1}.txt"), dump)
             row = {
                 "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
                 "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
@@ -333,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             p.terminate()
         for p in procs:
             p.join(timeout=5)
+            if p.is_alive():  # never left behind, nor waited for at exit (the proxy is not daemonic)
+                p.kill()
+                p.join(timeout=5)
     return 0
 
 

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-__all__ = ["ARRAY_KEYS", "BodyCache", "ParseStats", "walk"]
+__all__ = ["ARRAY_KEYS", "BodyCache", "ParseStats", "Plan", "decode_part", "walk"]
 
 #: Top-level keys whose array value is parsed element by element (the message history).
 ARRAY_KEYS: frozenset[str] = frozenset({"messages", "input"})
@@ -169,11 +169,17 @@ def _byte_offsets(s: str, base: int, offsets: list[int], nbytes: int) -> list[in
     return out
 
 
-def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
-    """Parse ``raw`` (a UTF-8 JSON object) from scratch, element by element. Returns
-    the value and, when it has an array under one of :data:`ARRAY_KEYS`, the entry that
-    lets later bodies reuse it. Raises :class:`_Bail` on anything unusual (and the
-    decoder's own errors)."""
+#: What a walk finds besides the value: the top-level pairs before the array, its key,
+#: the byte offset just after its ``[``, the byte offsets just after each element, and
+#: the elements (no memoryview: it crosses to a worker process, see :func:`decode_part`).
+_Walked = tuple[tuple[tuple[str, Any], ...], str, int, list[int], list[Any]]
+#: What decoding a cached body's tail finds: its new elements, the byte offsets just
+#: after each, the top-level pairs after the array.
+_Tail = tuple[list[Any], list[int], list[tuple[str, Any]]]
+
+
+def _walk_parts(raw: bytes) -> tuple[dict[str, Any], _Walked | None]:
+    """:func:`walk`'s work, its entry's fields as plain values."""
     s = raw.decode("utf-8", "surrogatepass")
     i = _ws(s, 0).end()
     if s[i : i + 1] != "{":
@@ -194,8 +200,7 @@ def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
             pairs = head + [(key, items)]
             _object_rest(s, i, pairs)
             offsets = _byte_offsets(s, 0, [start, *ends], len(raw))
-            entry = _Entry(scope, raw, memoryview(raw), tuple(head), key, offsets[0], array("q", offsets[1:]), tuple(items))
-            return dict(pairs), entry
+            return dict(pairs), (tuple(head), key, offsets[0], offsets[1:], items)
         try:
             v, i = _scan_once(s, i)
         except StopIteration:
@@ -212,21 +217,50 @@ def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
         i = _ws(s, i + 1).end()
 
 
+def _entry(scope: str, raw: bytes, walked: _Walked) -> _Entry:
+    head, key, open_, ends, items = walked
+    return _Entry(scope, raw, memoryview(raw), head, key, open_, array("q", ends), tuple(items))
+
+
+def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
+    """Parse ``raw`` (a UTF-8 JSON object) from scratch, element by element. Returns
+    the value and, when it has an array under one of :data:`ARRAY_KEYS`, the entry that
+    lets later bodies reuse it. Raises :class:`_Bail` on anything unusual (and the
+    decoder's own errors)."""
+    value, walked = _walk_parts(raw)
+    return value, _entry(scope, raw, walked) if walked is not None else None
+
+
+def _tail_parts(tail: bytes, b: int, after_element: bool) -> _Tail:
+    """Decode ``tail``, the bytes of a body from byte offset ``b`` on (just after its
+    array's ``[`` or one of its elements)."""
+    text = tail.decode("utf-8", "surrogatepass")
+    ends: list[int] = []
+    items: list[Any] = []
+    i = _array_rest(text, 0, after_element, ends, items)
+    rest: list[tuple[str, Any]] = []
+    _object_rest(text, i, rest)
+    return items, _byte_offsets(text, b, ends, len(tail)), rest
+
+
+def _resumed(raw: bytes, base: _Entry, k: int, tail: _Tail) -> tuple[dict[str, Any], _Entry]:
+    """The value and entry of ``raw``: ``base``'s first ``k`` elements, then ``tail``."""
+    new_items, new_ends, rest = tail
+    items = list(base.items) if k == len(base.items) else list(base.items[:k])
+    items.extend(new_items)
+    pairs = list(base.head)
+    pairs.append((base.key, items))
+    pairs.extend(rest)
+    ends = base.ends[:k]
+    ends.extend(new_ends)
+    return dict(pairs), _Entry(base.scope, raw, memoryview(raw), base.head, base.key, base.open, ends, tuple(items))
+
+
 def _resume(raw: bytes, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
     """Parse ``raw``, whose bytes up to ``base.bound(k)`` equal ``base.raw``'s: only the
     rest is decoded."""
     b = base.bound(k)
-    tail = raw[b:].decode("utf-8", "surrogatepass")
-    ends: list[int] = []
-    items = list(base.items) if k == len(base.items) else list(base.items[:k])
-    i = _array_rest(tail, 0, k > 0, ends, items)
-    pairs = list(base.head)
-    pairs.append((base.key, items))
-    _object_rest(tail, i, pairs)
-    new_ends = base.ends[:k]
-    new_ends.extend(_byte_offsets(tail, b, ends, len(raw) - b))
-    entry = _Entry(base.scope, raw, memoryview(raw), base.head, base.key, base.open, new_ends, tuple(items))
-    return dict(pairs), entry
+    return _resumed(raw, base, k, _tail_parts(raw[b:], b, k > 0))
 
 
 def _reusable(raw: bytes, e: _Entry) -> int:
@@ -249,6 +283,59 @@ def _extends(raw: bytes, e: _Entry) -> bool:
     """Does ``raw`` agree with ``e.raw`` up to the end of its last element?"""
     b = e.bound(len(e.ends))
     return len(raw) > b and raw.startswith(e.view[:b])
+
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    """What :meth:`BodyCache.loads` of ``raw`` would decode: everything (``base`` is
+    ``None``: a walk from scratch, or ``json.loads`` when ``walk`` is false), or the
+    tail past the first ``k`` elements of ``base``, a cached body it shares them with.
+    ``pending`` is the number of bytes to decode. See :meth:`BodyCache.plan`."""
+
+    raw: bytes
+    scope: str
+    base: _Entry | None
+    k: int
+    walk: bool
+
+    @property
+    def pending(self) -> int:
+        return len(self.raw) - (self.base.bound(self.k) if self.base is not None else 0)
+
+    def part(self) -> tuple[bytes, int, str]:
+        """The arguments of :func:`decode_part` for this plan."""
+        if self.base is None:
+            return self.raw, 0, "walk" if self.walk else "loads"
+        b = self.base.bound(self.k)
+        return self.raw[b:], b, "tail" if self.k else "tail0"
+
+
+#: What :func:`decode_part` returns: ``(how, what)``.
+Decoded = tuple[str, Any]
+
+
+def decode_part(data: bytes, b: int, mode: str) -> Decoded:
+    """The decoding :meth:`BodyCache.loads` would do, as a function of plain values
+    (pure; run where the caller likes, e.g. in a worker process, and handed to
+    :meth:`BodyCache.finish`). ``mode``: ``"walk"`` (the whole body, from scratch),
+    ``"tail"``/``"tail0"`` (a body's bytes from offset ``b`` on, after an element / just
+    after the array's ``[``), ``"loads"`` (``json.loads``). Never raises: ``("error",
+    exc)`` is ``json.loads``' own exception, ``("bail", None)`` a tail the incremental
+    walk does not handle (then the whole body goes to ``json.loads``)."""
+    try:
+        if mode in ("tail", "tail0"):
+            try:
+                return "tail", _tail_parts(data, b, mode == "tail")
+            except Exception:  # noqa: BLE001 - _Bail, a syntax error...: json.loads decides
+                return "bail", None
+        if mode == "walk":
+            try:
+                return "walk", _walk_parts(data)
+            except Exception:  # noqa: BLE001 - as in BodyCache._loads
+                pass
+        return "value", json.loads(data)
+    except Exception as exc:  # noqa: BLE001 - json.loads' canonical error, handed back
+        return "error", exc
 
 
 class BodyCache:
@@ -286,6 +373,50 @@ class BodyCache:
             return json.loads(raw)
         with self._lock:
             return self._loads(raw, scope)
+
+    def plan(self, raw: bytes, scope: str = "") -> Plan:
+        """What :meth:`loads` would decode (cheap: comparisons of bytes). A caller that
+        wants the decoding elsewhere (a large body, off the event loop) runs
+        :func:`decode_part` on ``plan.part()`` there, then :meth:`finish`: together
+        exactly ``loads(raw, scope)``."""
+        if len(raw) < self.min_size or type(raw) is not bytes or _detect_encoding(raw) != "utf-8":
+            return Plan(raw, scope, None, 0, walk=False)
+        with self._lock:
+            try:
+                base, k = self._best(raw, scope)
+            except Exception:  # noqa: BLE001 - as in _loads: json.loads decides
+                return Plan(raw, scope, None, 0, walk=False)
+        return Plan(raw, scope, base, k, walk=True)
+
+    def finish(self, plan: Plan, decoded: Decoded) -> Any:
+        """The value of ``json.loads(plan.raw)`` from :func:`decode_part`'s result (raises
+        its exception), the cache updated as :meth:`loads` would. Not for ``("bail",
+        None)``: the caller then decodes ``(plan.raw, 0, "loads")`` and finishes with
+        that."""
+        how, what = decoded
+        assert how != "bail", "decode the whole body with mode 'loads'"
+        with self._lock:
+            if how == "error":
+                self.stats.fallbacks += 1
+                raise what
+            if how == "value":
+                self.stats.fallbacks += 1
+                return what
+            if how == "tail":
+                assert plan.base is not None
+                value, entry = _resumed(plan.raw, plan.base, plan.k, what)
+                self.stats.hits += 1
+                self.stats.reused += plan.k
+                self.stats.decoded += len(entry.ends) - plan.k
+                self._add(entry, replaces=plan.base if plan.k == len(plan.base.ends) else None)
+                return value
+            value, walked = what
+            self.stats.walks += 1
+            if walked is not None:
+                entry = _entry(plan.scope, plan.raw, walked)
+                self.stats.decoded += len(entry.ends)
+                self._add(entry)
+            return value
 
     def _loads(self, raw: bytes, scope: str) -> Any:
         try:

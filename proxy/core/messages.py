@@ -156,9 +156,55 @@ def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
     return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
 
 
+#: Digests of messages with a long text computed ahead of time, elsewhere (a worker
+#: process that decoded a large request body made them from the same text objects: see
+#: :func:`remember_digests`), by the identity of the fields the digest is made of. The
+#: value keeps the texts alive, so their ids stay theirs. Bounded in entries and in the
+#: characters it keeps alive (oldest out first).
+_AHEAD: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
+_AHEAD_MAX = 64
+_AHEAD_MAX_CHARS = 64 << 20
+_ahead_chars = 0
+
+
+def _ahead_key(role: str, parts: Sequence[Part], name: str | None) -> tuple[Any, ...]:
+    return (role, name, *((p.kind, id(p.text), p.tool_name, p.tool_call_id, p.payload_digest, p.is_error) for p in parts))
+
+
+def has_long_text(m: Message) -> bool:
+    """Whether hashing ``m`` takes the long path (a text over 64 KiB)."""
+    return any(len(p.text) > _HASH_ALONE for p in m.parts)
+
+
+def remember_digests(messages: Iterable[Message]) -> None:
+    """Remember the digests of ``messages`` that have a long text, so that building the
+    same message again — the same fields, the very same text objects — does not hash
+    it again (on the event loop: ~16 ms for 10 MB). A message built from other text
+    objects, or with any other field, is hashed as always."""
+    global _ahead_chars
+    for m in messages:
+        if not has_long_text(m):
+            continue
+        texts = tuple(p.text for p in m.parts)
+        size = sum(map(len, texts))
+        if size > _AHEAD_MAX_CHARS:
+            continue
+        while _AHEAD and (len(_AHEAD) >= _AHEAD_MAX or _ahead_chars + size > _AHEAD_MAX_CHARS):
+            _ahead_chars -= sum(map(len, _AHEAD.pop(next(iter(_AHEAD)))[1]))
+        key = _ahead_key(m.role, m.parts, m.name)
+        old = _AHEAD.pop(key, None)
+        if old is not None:
+            _ahead_chars -= sum(map(len, old[1]))
+        _AHEAD[key] = (m.digest, texts)
+        _ahead_chars += size
+
+
 def _digest_of_large(role: str, parts: Sequence[Part], name: str | None) -> str:
     """:func:`_digest_of` fed field by field (no copy of a large text into a joined
     buffer): the same digest."""
+    ahead = _AHEAD.get(_ahead_key(role, parts, name)) if _AHEAD else None
+    if ahead is not None:
+        return ahead[0]
     h = hashlib.blake2b(digest_size=16)
     h.update(role.encode() + b"\x00" + (name or "").encode("utf-8", "surrogatepass"))
     for p in parts:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from proxy.state.offload import lower_priority
+
 __all__ = ["BACKGROUND_EXIT_WAIT", "background_busy", "in_daemon_thread"]
 
 
@@ -47,8 +49,10 @@ def background_busy() -> bool:
     return any(t.is_alive() for t in list(_BACKGROUND))
 
 
-def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-    """Run blocking ``fn(*args)`` in a new daemon thread; the returned future (of the
+def in_daemon_thread(fn: Callable[..., Any], *args: Any, nice: int = 0) -> asyncio.Future[Any]:
+    """Run blocking ``fn(*args)`` in a new daemon thread (``nice`` steps nicer than the
+    event loop's thread: work behind the requests, such as counting tokens; see
+    :func:`proxy.state.offload.lower_priority`); the returned future (of the
     running loop) gets its result. Unlike the loop's default executor, the thread does
     not hold up the server's shutdown (importing litellm takes seconds); the process's
     exit waits for it (:func:`_finish_background`). Never awaiting the future is fine;
@@ -66,6 +70,8 @@ def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 
     def run() -> None:
         try:
+            if nice:
+                lower_priority(nice)
             outcome = (True, fn(*args))
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
             outcome = (False, exc)

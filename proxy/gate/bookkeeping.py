@@ -22,6 +22,7 @@ from proxy.gate.budget import record_bytes
 from proxy.gate.ledger import PendingCount, count_request
 from proxy.gate.observation import Observation
 from proxy.gate.tracker_parts import TrackerParts
+from proxy.state.offload import BACKGROUND_NICE
 from proxy.state.records import ConversationRecord
 
 __all__ = ["Bookkeeping"]
@@ -37,29 +38,44 @@ class Bookkeeping(TrackerParts):
         for cid in list(self._pending):
             self._settle(cid)
 
-    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None:
+    def _settle_tenant(self, tenant: str) -> None:
+        """:meth:`settle_all` for what a request of ``tenant`` can match (no conversation
+        crosses tenants): another tenant's 10 MB reply is not parsed for it."""
+        self._drain(tenant)
+        for cid in list(self._pending):
+            rec = self._recs.get(cid)
+            if rec is None or rec.tenant == tenant:
+                self._settle(cid)
+
+    def later(
+        self, fn: Callable[[], None], conversation_id: str | None = None, after: asyncio.Future[Any] | None = None
+    ) -> None:
         """Run ``fn`` — bookkeeping that updates this tracker, such as recording a reply
         — once the event loop is quiet (see :mod:`proxy.gate.quiet`): after the other
         requests of a burst, at the latest before the next request is observed or
         anything is read. While a worker thread still counts the first-seen history of
-        ``conversation_id``, ``fn`` waits for it too (then it finds the counts made)."""
-        fut = self._counting.get(conversation_id) if conversation_id else None
+        ``conversation_id``, ``fn`` waits for it too (then it finds the counts made), and
+        so for ``after`` (a large reply parsed off the loop); a drain does not wait —
+        unless it is for another tenant's request (no conversation crosses tenants)."""
+        fut = after if after is not None and not after.done() else None
+        fut = fut or (self._counting.get(conversation_id) if conversation_id else None)
         if fut is None or fut.done():
             self._later.push(fn)
             return
-        self._waiting.append(fn)
+        rec = self._recs.get(conversation_id) if conversation_id else None
+        self._waiting[fn] = rec.tenant if rec is not None else None
 
         def ready(_: asyncio.Future[Any]) -> None:
             if fn in self._waiting:  # not run by an earlier drain
-                self._waiting.remove(fn)
-                self._later.push(fn)
+                del self._waiting[fn]
+                self.later(fn, conversation_id)
 
         fut.add_done_callback(ready)
 
     def _count_first_sight(self, cid: str, model: str | None, msgs: tuple[Message, ...]) -> None:
         """Count a first-seen history's messages in a worker thread (tiktoken releases
         the GIL); the conversation's reply is recorded once it is done (:meth:`later`)."""
-        fut = in_daemon_thread(self.accounting.count_messages, model, msgs)
+        fut = in_daemon_thread(self.accounting.count_messages, model, msgs, nice=BACKGROUND_NICE)
         self._counting[cid] = fut
 
         def done(f: asyncio.Future[Any]) -> None:
@@ -68,13 +84,16 @@ class Bookkeeping(TrackerParts):
 
         fut.add_done_callback(done)
 
-    def _drain(self) -> None:
+    def _drain(self, tenant: str | None = None) -> None:
         """Run every waiting bookkeeping now (also what waits for a counting thread: the
-        loop counts what the thread has not counted yet)."""
+        loop counts what the thread has not counted yet) — for a request of ``tenant``,
+        what waits for another tenant's conversation goes on waiting."""
         if self._waiting:
-            waiting, self._waiting = self._waiting, []
+            waiting = self._waiting
+            self._waiting = {fn: t for fn, t in waiting.items() if tenant is not None and t is not None and t != tenant}
             for fn in waiting:
-                self._later.push(fn)
+                if fn not in self._waiting:
+                    self._later.push(fn)
         self._later.drain()
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
@@ -104,7 +123,7 @@ class Bookkeeping(TrackerParts):
                 entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
                 entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
                 if entry.reply_estimated:
-                    in_daemon_thread(self.accounting.precount, obs.model, msgs)
+                    in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self._w.timeline(rec, entry)

@@ -7,15 +7,20 @@ the tracker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 from collections.abc import Callable
-from typing import Protocol
+from concurrent.futures import Future
+from typing import Any, Protocol
 
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
+from proxy.gate.background import in_daemon_thread
 from proxy.gate.observation import Observation
+from proxy.state import offload
 
-__all__ = ["ASSEMBLE_BYTES", "ReplySink", "TrackingTap"]
+__all__ = ["ASSEMBLE_BYTES", "OFFLOAD_BYTES", "ReplySink", "TrackingTap"]
 
 log = logging.getLogger("proxy.gate.tracker")
 
@@ -26,12 +31,19 @@ class ReplySink(Protocol):
     @property
     def shared(self) -> bool: ...
 
-    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None: ...
+    def later(
+        self, fn: Callable[[], None], conversation_id: str | None = None, after: asyncio.Future[Any] | None = None
+    ) -> None: ...
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None: ...
 
     async def acknowledge(self, obs: Observation) -> None: ...
 
+
+#: JSON replies from this many bytes on are parsed in the request path's worker process
+#: (:func:`proxy.state.offload.run`): ``json.loads`` of a 10 MB reply holds the GIL for
+#: ~25 ms, and its messages' digests are as long again.
+OFFLOAD_BYTES = 1 << 20
 
 #: Stream bytes a :class:`TrackingTap` keeps unparsed: past them the events kept are
 #: parsed at once (~1-2 ms of work), so that the reply of a 10 MB stream is not parsed in
@@ -66,7 +78,9 @@ class TrackingTap:
     async def settle(self) -> None:
         await self.tracker.acknowledge(self.obs)
 
-    def _record(self, reply: Callable[[], Reply | None], status: str) -> None:
+    def _record(
+        self, reply: Callable[[], Reply | None], status: str, after: asyncio.Future[Any] | None = None
+    ) -> None:
         if self._done:
             return
         self._done = True
@@ -81,7 +95,7 @@ class TrackingTap:
             tracker.record_reply(obs, got, got_status)
 
         try:
-            tracker.later(record, obs.conversation_id)
+            tracker.later(record, obs.conversation_id, after)
         except Exception:  # observing must never break the response
             log.exception("tracker: could not record reply")
 
@@ -91,13 +105,16 @@ class TrackingTap:
             self._record(lambda: None, f"http_{status}")
             return body
 
-        def reply() -> Reply | None:
-            try:
-                return reply_from_json(api, json.loads(body))
-            except Exception:  # noqa: BLE001 - not JSON, too deep, ...: no reply to record
-                return None
+        parsing = _parse_elsewhere(api, body)
 
-        self._record(reply, "ok")
+        def reply() -> Reply | None:
+            if parsing is not None:
+                if parsing.done() and not parsing.cancelled() and parsing.exception() is None:
+                    return parsing.result()[0]
+                parsing.cancel()  # drained before the worker was done (or it failed): here
+            return _reply_of(api, body)[0]
+
+        self._record(reply, "ok", asyncio.wrap_future(parsing) if parsing is not None else None)
         return body
 
     def feed_event(self, raw_event: bytes) -> list[bytes]:
@@ -122,7 +139,24 @@ class TrackingTap:
         return self._assemble().result()
 
     def finish(self) -> list[bytes]:
-        self._record(self._assembled, "ok")
+        if self._asm is None:  # a short stream: assembled when it is recorded
+            self._record(self._assembled, "ok")
+            return []
+        # a long one: its last events, its text joined and hashed (~20 ms for 10 MB,
+        # most of it without the GIL) in a worker thread; recorded once that is done
+        lock = threading.Lock()
+        made: list[Reply | None] = []
+
+        def assemble() -> None:
+            with lock:
+                if not made:
+                    made.append(self._assembled())
+
+        def reply() -> Reply | None:
+            assemble()  # done in the thread already (or, drained before it was, now)
+            return made[0]
+
+        self._record(reply, "ok", _in_thread(assemble))  # at the loop's priority: a drain may wait for it
         return []
 
     def closed(self, reason: str) -> None:
@@ -133,3 +167,34 @@ class TrackingTap:
                 return None
 
         self._record(reply, reason)
+
+
+def _reply_of(api: str, body: bytes) -> tuple[Reply | None]:
+    """The reply a JSON body holds (``None``: not JSON, too deep, not a reply); never
+    raises (it may run in the worker process, see :func:`_parse_elsewhere`)."""
+    try:
+        return (reply_from_json(api, json.loads(body)),)
+    except Exception:  # noqa: BLE001 - not JSON, too deep, ...: no reply to record
+        return (None,)
+
+
+def _in_thread(fn: Callable[[], None]) -> asyncio.Future[Any] | None:
+    """``fn`` in a background thread (its future), or ``None`` outside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return in_daemon_thread(fn)
+
+
+def _parse_elsewhere(api: str, body: bytes) -> Future[tuple[Reply | None]] | None:
+    """A large reply parsed in the request path's worker process (a future of the
+    worker's, done as soon as the worker is: a drain that comes after it uses it);
+    ``None`` for a small one, outside an event loop, or when no worker can run."""
+    if len(body) < OFFLOAD_BYTES:
+        return None
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return offload.submit(_reply_of, api, body)

@@ -67,6 +67,7 @@ from proxy.gate.tracker_parts import TrackerConfig
 from proxy.gate.writes import DirectWrites, Replica, Writes
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
+from proxy.state.offload import BACKGROUND_NICE
 from proxy.state.protocol import StateUnavailable
 from proxy.state.records import COMPACTION_KINDS, ConversationRecord, GateEvent, TimelineEntry
 from proxy.state.store import Store
@@ -129,7 +130,7 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         #: per conversation, the worker thread counting its first-seen history, and the
         #: bookkeeping waiting for it (see :meth:`later`)
         self._counting: dict[str, asyncio.Future[Any]] = {}
-        self._waiting: list[Callable[[], None]] = []
+        self._waiting: dict[Callable[[], None], str | None] = {}  # -> the conversation's tenant
         self._started = False
         #: The tokenizer/markers preload started by :meth:`start` (awaited by the first
         #: requests instead of by the start-up, so the server listens at once).
@@ -345,7 +346,7 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         if not self.tracks(ex):
             return None
         await self.ready()
-        self._drain()  # the previous reply is part of what this request extends
+        self._drain(ex.tenant)  # the previous reply is part of what this request extends
         assert isinstance(ex.json, dict)
         body: dict[str, Any] = ex.json
         api = ex.kind
@@ -360,8 +361,8 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         self._ensure_warm(model)
         agent = self.hints.summarization_agent(snap) or self.hints.request_agent(ex.headers, body)
         lines = self.lines.probe(snap) if len(snap.messages) <= _SHORT_REQUEST else frozenset()
-        if lines:
-            self.settle_all()  # line matching sees every recorded request's lines
+        if lines:  # line matching sees every recorded request's lines (of this tenant)
+            self._settle_tenant(ex.tenant)
         if self._replica is not None:
             await self._sync(ex.tenant, namespace, lines=bool(lines))  # what the other processes changed
         reused_from = norm.reused_from if norm.reused_from not in self._resynced else None
@@ -579,7 +580,7 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         if self.accounting.needs_precount(new_msgs):
             # long texts are counted in a worker thread (tiktoken releases the GIL), not on
             # the event loop; a settle that comes first estimates them (and says so)
-            in_daemon_thread(self.accounting.precount, pending.model, new_msgs)
+            in_daemon_thread(self.accounting.precount, pending.model, new_msgs, nice=BACKGROUND_NICE)
         if not defer:
             self._account(rec, pending)
             return

@@ -72,7 +72,7 @@ class TrackerParts:
     _pending: dict[str, PendingCount]
     _later: QuietQueue[Callable[[], None]]
     _counting: dict[str, asyncio.Future[Any]]
-    _waiting: list[Callable[[], None]]
+    _waiting: dict[Callable[[], None], str | None]  # -> the conversation's tenant
     _replica: Replica | None
     _w: Writes
     _resynced: set[str]

@@ -22,6 +22,7 @@ from aiohttp import http_exceptions, web
 from proxy.config import Upstream
 from proxy.core.jsonbody import BodyCache
 from proxy.metrics import METRICS_KEY
+from proxy.server import bodyparse
 from proxy.server.decide import decide
 from proxy.server.deferred import AfterSend, merge
 from proxy.server.errors import ProxyError
@@ -207,7 +208,7 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
         )
     rec.bytes_in = len(body)
 
-    parsed, problem = _parse_body(request, route, body, rec.tenant)
+    parsed, problem = await _parse_body(request, route, body, rec.tenant)
     if problem is not None:
         return respond_error(rec, route.dialect, problem)
 
@@ -243,11 +244,12 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
     return await _forward(request, rec, route, upstream, out_body, decision, secret)
 
 
-def _parse_body(
+async def _parse_body(
     request: web.Request, route: Route, body: bytes, tenant: str
 ) -> tuple[Any, ProxyError | None]:
     """Parse a JSON body; enforce JSON only where the API requires it. Bodies of the
-    JSON APIs are parsed through :data:`BODY_CACHE` (scoped by tenant)."""
+    JSON APIs are parsed through :data:`BODY_CACHE` (scoped by tenant), a large one
+    off the event loop (:mod:`proxy.server.bodyparse`)."""
     content_type = request.headers.get("content-type", "")
     if route.expects_json:
         if not _is_json_mime(content_type):
@@ -259,7 +261,7 @@ def _parse_body(
                 code="unsupported_content_type",
             )
         try:
-            parsed = BODY_CACHE.loads(body, tenant)
+            parsed = await bodyparse.loads(BODY_CACHE, body, tenant)
         except RecursionError:
             return None, ProxyError(400, "Request body is nested too deeply to be parsed.", code="invalid_json")
         except (ValueError, UnicodeDecodeError) as exc:

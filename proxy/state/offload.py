@@ -1,19 +1,25 @@
-"""Finding the secrets of a very long text in a process of its own (issue 16).
+"""Work on very long texts in processes of their own (issue 16).
 
 Redacting a 10 MB text before it is stored is about a second of pure-Python scanning
 (:func:`proxy.core.redaction.secret_spans`). Run in the store's writer thread, that
 thread held the GIL for 40-65% of the time while four such requests were in flight, and
 every wake-up of the event loop — every other tenant's request — queued behind it. A
-text longer than :data:`OFFLOAD_CHARS` is therefore scanned by one worker process
+text longer than :data:`OFFLOAD_CHARS` is therefore scanned by a worker process
 (``concurrent.futures.ProcessPoolExecutor``, started on first use, at a lower CPU
 priority than the server: storing is work behind the requests), which sends back only
 the spans found; the caller, blocked without the GIL meanwhile, applies them.
 Shorter texts, and any failure of the worker (it is then restarted on the next call),
 are scanned where they are: the result is the same either way.
+
+The event loop hands a second worker what it would otherwise do in one long C call
+holding the GIL — decoding a 10 MB JSON body (:func:`run`): awaited, so the loop serves
+everyone else meanwhile; a worker that cannot start or breaks leaves the work to the
+caller (:func:`run` then returns ``None``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import logging
@@ -22,28 +28,86 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
 
-__all__ = ["OFFLOAD_CHARS", "spans_of"]
+__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "run", "spans_of", "submit"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Texts longer than this many characters are scanned in the worker process.
 OFFLOAD_CHARS = 1 << 20
-#: The worker's niceness above the server's.
+#: The store's worker's niceness above the server's.
 WORKER_NICE = 10
+#: The request path's worker's (a big request's own latency waits for it).
+REQUEST_NICE = 5
+#: How much nicer than the event loop's thread the server's background threads run
+#: (token counting of first-seen histories): see :func:`lower_priority`.
+BACKGROUND_NICE = 10
 
-_lock = threading.Lock()
-_pool: ProcessPoolExecutor | None = None
+
+class _Worker:
+    """One worker process, started on first use, restarted after a failure."""
+
+    def __init__(self, nice: int) -> None:
+        self.nice = nice
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+
+    def executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                # spawn: never fork a process that runs an event loop and threads
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_init,
+                    initargs=(self.nice,),
+                )
+            return self._pool
+
+    def discard(self, pool: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            pool = self._pool
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _worker_init() -> None:
+_STORE = _Worker(WORKER_NICE)
+_REQUEST = _Worker(REQUEST_NICE)
+
+
+def lower_priority(nice: int = BACKGROUND_NICE) -> None:
+    """Run the calling thread ``nice`` steps nicer (Linux, where a thread's nice value
+    is its own; elsewhere, or for the main thread, nothing). On a core shared with the
+    event loop, a thread counting tokens of a 10 MB text without the GIL (tiktoken)
+    otherwise gets as much of the core as the loop: every other tenant's request then
+    takes twice as long or more. Lowered, the loop's wake-ups preempt it."""
+    if not nice or not sys.platform.startswith("linux"):
+        return
+    tid = threading.get_native_id()
+    if tid == os.getpid():  # the main thread (the loop's, mostly): never
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+
+
+def _worker_init(nice: int) -> None:
     """In the worker: a lower priority, and an exit as soon as the server is gone (a
     server killed by a signal leaves no worker behind)."""
     with contextlib.suppress(OSError):  # not permitted: run at the same priority
-        os.nice(WORKER_NICE)
+        os.nice(nice)
     parent = os.getppid()
 
     def watch() -> None:
@@ -52,25 +116,6 @@ def _worker_init() -> None:
         os._exit(0)
 
     threading.Thread(target=watch, name="cg-offload-orphan", daemon=True).start()
-
-
-def _executor() -> ProcessPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
-            # spawn: never fork a process that runs an event loop and threads
-            _pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
-            )
-        return _pool
-
-
-def _discard(pool: ProcessPoolExecutor) -> None:
-    global _pool
-    with _lock:
-        if _pool is pool:
-            _pool = None
-    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _can_spawn() -> bool:
@@ -84,24 +129,67 @@ def _can_spawn() -> bool:
     return getattr(main, "__spec__", None) is not None or path is None or os.path.exists(path)
 
 
+def can_offload() -> bool:
+    """Whether a worker process could be used here (see :func:`_can_spawn`)."""
+    return _can_spawn()
+
+
 def spans_of(text: str) -> list[tuple[int, int, str, str]]:
     """:func:`~proxy.core.redaction.secret_spans` of ``text`` with the default detectors:
     in the worker process for a text over :data:`OFFLOAD_CHARS`, else here. Blocking
     (call it from a worker thread, as the stores' writers do)."""
     if len(text) <= OFFLOAD_CHARS or not _can_spawn():
         return secret_spans(text)
-    pool = _executor()
+    pool = _STORE.executor()
     try:
         return pool.submit(secret_spans, text).result()
     except Exception as exc:  # noqa: BLE001 - a broken or refused worker: scan here
         log.warning("redaction worker unavailable (%s); scanning in-process", type(exc).__name__)
-        _discard(pool)
+        _STORE.discard(pool)
         return secret_spans(text)
+
+
+def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
+    """``fn(*args)`` in the request path's worker process (its future, whose exception
+    is the worker's failure: ``fn`` must hand its own errors back as values); ``None``
+    when no worker can run it here. A broken worker is restarted on the next call."""
+    if not _can_spawn():
+        return None
+    pool = _REQUEST.executor()
+    try:
+        fut = pool.submit(fn, *args)
+    except (BrokenProcessPool, OSError, RuntimeError) as exc:
+        _broken(pool, exc)
+        return None
+
+    def failed(f: Future[T]) -> None:
+        if not f.cancelled() and f.exception() is not None:
+            _broken(pool, f.exception())
+
+    fut.add_done_callback(failed)
+    return fut
+
+
+def _broken(pool: ProcessPoolExecutor, exc: BaseException | None) -> None:
+    log.warning("request worker unavailable (%s); working in-process", type(exc).__name__)
+    _REQUEST.discard(pool)
+
+
+async def run(fn: Callable[..., T], *args: Any) -> T | None:
+    """``fn(*args)`` in the request path's worker process, awaited (:func:`submit`);
+    ``None`` when no worker can run it, and the caller does the work itself."""
+    fut = submit(fn, *args)
+    if fut is None:
+        return None
+    try:
+        return await asyncio.wrap_future(fut)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - the worker failed (logged by submit's callback)
+        return None
 
 
 @atexit.register
 def _shutdown() -> None:
-    with _lock:
-        pool = _pool
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
+    _STORE.shutdown()
+    _REQUEST.shutdown()

@@ -1,10 +1,14 @@
 """The incremental body parser is exactly ``json.loads`` (value or error), whatever was
 cached before: property-tested on random bodies, random prefix edits, whitespace and
-escape variants, keys after the message array, and broken bodies."""
+escape variants, keys after the message array, and broken bodies. Every check also
+runs the same sequence through a twin cache the way a large body is parsed off the
+event loop (``plan``, ``decode_part`` across a pickle boundary as to a worker process,
+``finish``): the same outcomes and the same work counted."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
 from typing import Any
 
@@ -12,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.jsonbody import BodyCache
+from proxy.core.jsonbody import BodyCache, Decoded, decode_part
 
 
 def outcome(fn: Any, raw: bytes) -> tuple[str, str]:
@@ -24,8 +28,32 @@ def outcome(fn: Any, raw: bytes) -> tuple[str, str]:
         return (type(exc).__name__, str(exc))
 
 
+#: each cache checked, with its twin fed the same bodies through the split path
+_TWINS: dict[int, tuple[BodyCache, BodyCache]] = {}
+
+
+def _across(decoded: Decoded) -> Decoded:
+    """As a worker process would hand it back."""
+    return pickle.loads(pickle.dumps(decoded))
+
+
+def split_loads(cache: BodyCache, raw: bytes, scope: str) -> Any:
+    """``cache.loads`` the way :mod:`proxy.server.bodyparse` does it for a large body."""
+    plan = cache.plan(raw, scope)
+    decoded = _across(decode_part(*plan.part()))
+    if decoded[0] == "bail":
+        decoded = _across(decode_part(raw, 0, "loads"))
+    return cache.finish(plan, decoded)
+
+
 def check(cache: BodyCache, raw: bytes, scope: str = "t") -> None:
-    assert outcome(lambda r: cache.loads(r, scope), raw) == outcome(json.loads, raw)
+    expected = outcome(json.loads, raw)
+    assert outcome(lambda r: cache.loads(r, scope), raw) == expected
+    twin = _TWINS.setdefault(
+        id(cache), (cache, BodyCache(min_size=cache.min_size, max_per_scope=cache.max_per_scope, max_bytes=cache.max_bytes))
+    )[1]
+    assert outcome(lambda r: split_loads(twin, r, scope), raw) == expected
+    assert twin.stats == cache.stats
 
 
 # --------------------------------------------------------------------------- values

@@ -28,7 +28,7 @@ class _Sink:
     shared: bool = False
     replies: list[tuple[Reply | None, str]] = field(default_factory=list)
 
-    def later(self, fn: Callable[[], None], conversation_id: str | None = None) -> None:
+    def later(self, fn: Callable[[], None], conversation_id: str | None = None, after: Any = None) -> None:
         fn()
 
     def record_reply(self, obs: Any, reply: Reply | None, status: str = "ok") -> None:

@@ -14,7 +14,7 @@ def test_a_text_over_the_threshold_is_scanned_in_the_worker_with_the_same_result
     text = secrets[0] + " " + filler[: len(filler) // 2] + secrets[1] + " " + filler + " " + secrets[2]
     assert len(text) > offload.OFFLOAD_CHARS
     spans = offload.spans_of(text)
-    assert offload._pool is not None  # it went to the worker process
+    assert offload._STORE._pool is not None  # it went to the worker process
     assert spans == secret_spans(text)
     stored = stored_text(text)
     assert stored == redact_secrets(text)

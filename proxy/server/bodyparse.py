@@ -1,0 +1,70 @@
+"""Decoding a large request body off the event loop (issue 16).
+
+``json`` decodes a 10 MB string in one C call that holds the GIL for ~25 ms on a quiet
+core (several times that on a busy one): run on the event loop — or in a thread, which
+needs the GIL just the same — every other tenant's request waits for it. When what
+:meth:`~proxy.core.jsonbody.BodyCache.loads` would decode (all of a body seen for the
+first time, the new tail of one extending a cached body) is at least
+:data:`OFFLOAD_BYTES`, that decoding runs in the request path's worker process
+(:func:`proxy.state.offload.run`) and the loop awaits it. The result is exactly
+``BodyCache.loads``' (value, exception, cache update); smaller work, and any failure of
+the worker, stay on the loop as before. The worker also digests the new messages
+that have a long text (hashing 10 MB is ~16 ms), and the gate, building the same
+messages from the same text objects, finds their digests made
+(:func:`proxy.core.messages.remember_digests`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.core.jsonbody import BodyCache, Decoded, decode_part
+from proxy.core.messages import Message, from_any, has_long_text, remember_digests
+from proxy.state import offload
+
+__all__ = ["OFFLOAD_BYTES", "loads"]
+
+#: Bytes to decode from which the decoding leaves the event loop (~2.5 ms of decoding).
+OFFLOAD_BYTES = 1 << 20
+
+
+async def loads(cache: BodyCache, raw: bytes, scope: str) -> Any:
+    """``cache.loads(raw, scope)``; off the event loop when the decoding is large."""
+    if len(raw) < OFFLOAD_BYTES:
+        return cache.loads(raw, scope)
+    plan = cache.plan(raw, scope)
+    if plan.pending < OFFLOAD_BYTES:
+        return cache.loads(raw, scope)
+    key = plan.base.key if plan.base is not None else "messages"
+    done = await offload.run(_decode, *plan.part(), key)
+    if done is not None and done[0][0] == "bail":  # the tail is unusual: json.loads decides
+        done = await offload.run(_decode, raw, 0, "loads", key)
+    if done is None:  # no worker: decode here
+        return cache.loads(raw, scope)
+    decoded, digested = done
+    remember_digests(digested)
+    return cache.finish(plan, decoded)
+
+
+def _decode(data: bytes, b: int, mode: str, key: str) -> tuple[Decoded, tuple[Message, ...]]:
+    """In the worker: :func:`decode_part`, and the new messages (of the array ``key``)
+    with a long text as the gate will build them (their texts the very objects of the
+    decoded value: one pickle carries both)."""
+    decoded = decode_part(data, b, mode)
+    how, what = decoded
+    items: Any = None
+    if how == "tail":
+        items = what[0]
+    elif how == "walk" and what[1] is not None:
+        key, items = what[1][1], what[1][4]
+    elif how == "value" and isinstance(what, dict):
+        key = "input" if "input" in what and "messages" not in what else "messages"
+        items = what.get(key)
+    digested: tuple[Message, ...] = ()
+    if isinstance(items, list) and items:
+        try:
+            msgs = from_any({key: items}).messages
+            digested = tuple(m for m in msgs if has_long_text(m))
+        except Exception:  # noqa: BLE001 - not a message history: nothing digested ahead
+            digested = ()
+    return decoded, digested
