@@ -501,7 +501,7 @@ class _Gates:
     def live(self, ix: TextIndex, src_ctx: str) -> list[tuple[Rule, Gate]]:
         """The rules that pass their anchor/token gate on ``ix``, in scan order, each with
         its gate for :func:`_rule_matches`."""
-        live = set(self.ungated)
+        live = {k for k in self.ungated if self._runs_ok(k, ix)}
         for t in self.token_set.intersection(ix.tokens()):
             live.update(self.by_token[t])
         for a, ks in self.anchors:
@@ -511,6 +511,18 @@ class _Gates:
         live.update(by_src)
         order, gates = self.order, self.rule_gates
         return [(order[k], (k in by_src, k in ctx_src, gates[k])) for k in sorted(live)]
+
+    def _runs_ok(self, k: int, ix: TextIndex) -> bool:
+        """Whether rule ``k``'s character-run prefilter (if any) has a run of the right
+        length in ``ix`` — without one :func:`_rule_matches` would find nothing."""
+        rule = self.order[k]
+        if rule.prefilter is None:
+            return True
+        runs = ix.runs(rule.prefilter)
+        if rule.run_len is None:
+            return bool(runs)
+        lo, hi = rule.run_len
+        return any(lo <= e - s <= hi for s, e in runs)
 
     def _source(self, src_ctx: str) -> tuple[frozenset[int], frozenset[int]]:
         """The rules the producing command lets through, and those whose required
