@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     try:
-        procs["direct"], fake = load.start_as(args, "fake-tools", "", str(folder))
+        procs["direct"], fake = load.start("fake-tools", "", str(folder), load.cpus_for(args, "fake"))  # harness CPUs
         procs["bare"], bare = load.start_as(args, "bare", fake, str(folder))
         procs["gate"], gate = start_gate(fake, folder, load.cpus_for(args, "gate"), args.max_memory_mb,
                                          args.max_conversations)

@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     state_dir = tempfile.mkdtemp(prefix="cg-patterns-")
     procs: dict[str, Any] = {}
     try:
-        procs["direct"], fake = load.start_as(args, "fake-tools", "", state_dir)
+        # the fake upstream is harness: on the harness's CPUs, as bench.load places its fake
+        procs["direct"], fake = load.start("fake-tools", "", state_dir, load.cpus_for(args, "fake"),
+                                           args.model_latency / 1e3)
         procs["bare"], bare = load.start_as(args, "bare", fake, state_dir)
         procs["gate"], gate = load.start_as(args, "policy", fake, state_dir)
         targets = {"direct": fake, "bare": bare, "gate": gate}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .diff import LostBinding, VisibleText, diff_identifiers
+from .histtext import visible_text
 from .identifiers.model import SYSTEM_INDEX, Identifier
 from .markers import NO_MARKERS, Markers
 from .messages import Snapshot
@@ -131,7 +132,7 @@ def _quick(
     lost = extract_messages(before, lost_idx, cat)
     if not lost:
         return (), 0
-    visible = VisibleText(after.visible_text())
+    visible = VisibleText(visible_text(after))  # the request's, extended from the last one's
     gone = [i for i in lost if not visible.contains(i.value, case_insensitive=False)]
     survived = len({i.norm for i in lost} - {i.norm for i in gone})
     if not gone:

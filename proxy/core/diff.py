@@ -156,7 +156,7 @@ class VisibleText:
     def __init__(self, text: str, identifiers: Iterable[Identifier] = ()) -> None:
         ids = list(identifiers)
         self.text = text
-        self.lower = text.lower()
+        self._lower: str | None = None
         self.norms: frozenset[tuple[str, str]] = frozenset(i.key for i in ids)
         self.plain_norms: frozenset[str] = frozenset(n for _, n in self.norms)
         self._by_kind: dict[str, list[Identifier]] = {}
@@ -168,6 +168,13 @@ class VisibleText:
         self._path_tails: dict[str, str] | None = None
         self._path_norms: dict[str, str] | None = None
         self._numbers: list[str] | None = None
+
+    @property
+    def lower(self) -> str:
+        """The text in lower case (made when a case-insensitive look-up first needs it)."""
+        if self._lower is None:
+            self._lower = self.text.lower()
+        return self._lower
 
     def of_kind(self, kind: str) -> list[Identifier]:
         """Visible (non-sensitive) identifiers of one kind."""

@@ -448,7 +448,8 @@ class LineageIndex:
         # line) is the one it continues; only without such evidence the latest seen.
         hits = dict.fromkeys(ids, 0)
         for fp in probe.text_lines:
-            for cid in ns.lines.get(fp, ()):
+            s = ns.lines.get(fp)
+            for cid in _ids(s) if s is not None else ():  # a posting may be one id, not a set
                 if cid in hits:
                     hits[cid] += 1
         return max((self._hist[c] for c in ids), key=lambda h: (hits[h.conversation_id], h.last_seen))

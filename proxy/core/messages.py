@@ -67,7 +67,11 @@ class Message:
     @property
     def text(self) -> str:
         """All model-visible text of the message, parts joined by newlines."""
-        return "\n".join(p.text for p in self.parts if p.kind in TEXTUAL_KINDS and p.text)
+        parts = self.parts
+        if len(parts) == 1:  # most messages: no generator, no join (read per message, often)
+            p = parts[0]
+            return p.text if p.kind in TEXTUAL_KINDS else ""
+        return "\n".join(p.text for p in parts if p.kind in TEXTUAL_KINDS and p.text)
 
     @property
     def tool_calls(self) -> tuple[Part, ...]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Literal
 
+from .histtext import content_keys
 from .markers import NO_MARKERS, Markers, fold, marker_view
 from .messages import Message, Part, Snapshot, is_opaque_summary
 from .prefix import common_prefix
@@ -350,9 +351,7 @@ def _content_key(m: Message) -> tuple[str, str]:
     return key
 
 
-def _only_moved(
-    old_msgs: Sequence[Message], new_msgs: Sequence[Message], lost_idx: set[int], agent: str | None
-) -> str | None:
+def _only_moved(before: Snapshot, after: Snapshot, lost_idx: set[int], agent: str | None) -> str | None:
     """A reason when no content was lost: every old message that is gone from its place
     (or changed) is still in the request — with the same role and the same text up to
     whitespace (re-ordered, re-spaced), or, for a message with no tool call or result, with
@@ -362,7 +361,9 @@ def _only_moved(
     seen)."""
     if not lost_idx or agent is not None:
         return None
-    present = {_content_key(m) for m in new_msgs}
+    old_msgs, new_msgs = before.messages, after.messages
+    # the request's contents, extended from its last request's (not a pass over the history)
+    present = content_keys(after.digests, new_msgs, _content_key)
     fresh: list[Message] | None = None
     heads: set[tuple[str, str]] = set()
     for i in lost_idx:
@@ -376,7 +377,7 @@ def _only_moved(
         if fresh is None:
             # a re-rendered twin is a new message: one that was already in the history
             # (another pasted `I ran this command:` output, say) re-renders nothing
-            old_keys = {_content_key(x) for x in old_msgs}
+            old_keys = content_keys(before.digests, old_msgs, _content_key)
             fresh = [n for n in new_msgs if not (n.tool_results or n.tool_calls) and _content_key(n) not in old_keys]
             heads = {_head_key(x) for x in fresh}
         if _head_key(m) not in heads:
@@ -554,7 +555,7 @@ def _classify_general(
     if not components:
         components.add("append")
     kind = next(k for k in KIND_PRIORITY if k in components)
-    moved = _only_moved(old_msgs, new_msgs, set(lost) | {c.old_index for c in changed}, agent)
+    moved = _only_moved(before, after, set(lost) | {c.old_index for c in changed}, agent)
     if kind != "reset" and moved is not None:
         return _append(len(old_msgs), len(new_msgs), p, system_changed, moved)
     if kind == "reset":

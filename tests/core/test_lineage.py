@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -244,19 +245,22 @@ def test_upserts_leave_the_postings_of_a_fresh_index(steps: list[tuple[str, int,
         assert ix._ns["t1"].postings == fresh._ns["t1"].postings
 
 
-def test_a_continued_conversation_is_the_one_whose_lines_it_repeats() -> None:
+@pytest.mark.parametrize(("a", "b"), [("A", "B"), ("conv-a-7f3e", "conv-b-91c2")])
+def test_a_continued_conversation_is_the_one_whose_lines_it_repeats(a: str, b: str) -> None:
     """Two agents of one kind (one system prompt, one tenant, no session id): a request
     continuing a compacted conversation belongs to the one whose lines it carries (here
-    the user's last message, kept verbatim), not to whichever was seen last."""
+    the user's last message, kept verbatim), not to whichever was seen last. (A line only
+    one conversation holds is posted as its bare id: counted as that id, whatever its
+    length — not as its characters.)"""
     a_lines = [f"migrate the billing schema, revision {i:012x} applied" for i in range(3)]
     b_lines = [f"resize the image bucket upload {i:08x} in region eu" for i in range(3)]
-    ix = index(hist("A", d("a1", "a2", "a3"), seen=1.0), hist("B", d("b1", "b2", "b3"), seen=2.0))
-    ix.add_lines("A", line_fingerprints("\n".join(a_lines)))
-    ix.add_lines("B", line_fingerprints("\n".join(b_lines)))
+    ix = index(hist(a, d("a1", "a2", "a3"), seen=1.0), hist(b, d("b1", "b2", "b3"), seen=2.0))
+    ix.add_lines(a, line_fingerprints("\n".join(a_lines)))
+    ix.add_lines(b, line_fingerprints("\n".join(b_lines)))
     summary = "This session is being continued from a previous conversation.\n" + a_lines[-1]
     m = match(ix, probe(d("summary"), text_lines=line_fingerprints(summary), continuation_hint=True))
-    assert (m.conversation_id, m.relation) == ("A", "compacted")
+    assert (m.conversation_id, m.relation) == (a, "compacted")
     # without any line of either, the latest seen (as before)
     m2 = match(ix, probe(d("summary"), text_lines=line_fingerprints("Continued: nothing quoted here at all"),
                          continuation_hint=True))
-    assert m2.conversation_id == "B"
+    assert m2.conversation_id == b

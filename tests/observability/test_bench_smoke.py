@@ -120,3 +120,18 @@ def test_bench_memory_reports_rss_per_conversation_and_the_account() -> None:
         mem = r["tracked"]
         assert mem["limit"] == 2**20 and 0 < mem["bytes"] <= mem["limit"]
     assert "goal: <= 30 KB RSS per tracked 20-message conversation" in out
+
+
+def test_bench_firstsight_reports_loop_time_against_bare() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.firstsight", "--size", "40", "--rounds", "2", "--settle", "50", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    result = json.loads(out[out.index("\n{") + 1 :])
+    assert result["size"] == 40
+    assert set(result["results"]) == {"bare", "gate"}
+    for name, r in result["results"].items():
+        assert r["latency_max"] >= r["latency_p50"] > 0
+        assert r["loop_max"] >= r["loop_p50"] > 0
+        assert len(result["raw"][name]["loop"]) == 2
+    assert "gate/bare: latency p50" in out and "loop CPU p50" in out

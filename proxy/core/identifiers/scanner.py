@@ -334,14 +334,37 @@ def _matches_in(rule: Rule, text: str, wins: Sequence[Window]) -> Iterator[Any]:
             yield m
 
 
-def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str) -> Iterator[Any]:
+@dataclass(frozen=True, slots=True)
+class RuleGate:
+    """A rule's literals as :class:`_Gates` prepares them: its tokens and its word context
+    keywords as bytes (tested with one set intersection), its substring context keywords."""
+
+    tokens: frozenset[bytes]
+    ctx_words: frozenset[bytes]
+    ctx_subs: tuple[str, ...]
+
+
+#: What :class:`_Gates` knows of a rule for one text: whether the producing command lets
+#: it through (one of its anchors or tokens is in the command), whether the command
+#: carries its required context, and its :class:`RuleGate`.
+Gate = tuple[bool, bool, RuleGate]
+
+
+def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str, gate: Gate | None = None) -> Iterator[Any]:
+    """``gate``: the rule's gate prepared by :class:`_Gates` (computed here otherwise)."""
     text, n = idx.text, idx.n
     # gate: anchors / tokens
     hits: list[int] | None = None
-    anchored_by_source = any(a in src_low for a in rule.anchors) or any(t in src_low for t in rule.tokens)
+    if gate is None:
+        anchored_by_source = any(a in src_low for a in rule.anchors) or any(t in src_low for t in rule.tokens)
+    else:
+        anchored_by_source = gate[0]
     if (rule.anchors or rule.tokens) and not anchored_by_source:
         present_a = [a for a in rule.anchors if idx.has(a, False)]
-        present_t = [t for t in rule.tokens if idx.has(t, True)]
+        if gate is None:
+            present_t = [t for t in rule.tokens if idx.has(t, True)]
+        else:  # one intersection; the order of the hits is sorted below
+            present_t = [t.decode() for t in gate[2].tokens.intersection(idx.tokens())]
         if not present_a and not present_t:
             return
         hs: list[int] = []
@@ -354,12 +377,14 @@ def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str) -> Ite
         hits = sorted(set(hs))
     # gate: required context keywords
     ctx_wins: list[Window] | None = None
-    if (
-        rule.context_required is not None
-        and rule.context_literals
-        and not (src_ctx and rule.context_required.search(src_ctx))
-    ):
-        present_c = [(k, w) for k, w in rule.context_literals if idx.has(k, w)]
+    ctx_by_source = bool(src_ctx and rule.context_required is not None and rule.context_required.search(src_ctx)) \
+        if gate is None else gate[1]
+    if rule.context_required is not None and rule.context_literals and not ctx_by_source:
+        if gate is None:
+            present_c = [(k, w) for k, w in rule.context_literals if idx.has(k, w)]
+        else:
+            present_c = [(k.decode(), True) for k in gate[2].ctx_words.intersection(idx.tokens())]
+            present_c.extend((k, False) for k in gate[2].ctx_subs if idx.has(k, False))
         if not present_c:
             return
         if rule.scope == "window" and hits is None and rule.prefilter is None:
@@ -427,8 +452,117 @@ def _intersect(a: list[Window], b: list[Window]) -> list[Window]:
     return out
 
 
-def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | None = None) -> list[Cand]:
-    """All accepted candidates of every rule in ``text`` (overlaps not yet resolved)."""
+# --------------------------------------------------------------------------- the gate, once per text
+
+
+class _Gates:
+    """A catalogue's gates inverted: which rules a text's words, its substrings and the
+    producing command can let through. A rule with anchors or tokens runs only if one of
+    them is a word of the text (tokens), a substring of it (anchors), or a substring of
+    the producing command (either) — the test :func:`_rule_matches` makes, made here for
+    every rule at once: one set intersection for the tokens, one substring test per
+    distinct anchor, instead of every literal of every rule tried on every text (a short
+    text then cost as much as 340 tests). What the producing command lets through, and
+    which rules' required context it carries, is remembered per command."""
+
+    __slots__ = ("_sources", "anchors", "by_source", "by_token", "order", "rule_gates", "token_set", "ungated")
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.order = catalog.scan_order
+        by_token: dict[bytes, list[int]] = {}
+        by_anchor: dict[str, list[int]] = {}
+        #: literal (anchor or token, as str) -> rules, for the producing command's test
+        lits: dict[str, list[int]] = {}
+        ungated: list[int] = []
+        for k, rule in enumerate(self.order):
+            if not rule.anchors and not rule.tokens:
+                ungated.append(k)
+            for t in rule.tokens:
+                by_token.setdefault(t.encode("ascii", "replace"), []).append(k)
+            for a in rule.anchors:
+                by_anchor.setdefault(a, []).append(k)
+            for lit in (*rule.anchors, *rule.tokens):
+                lits.setdefault(lit, []).append(k)
+        self.ungated = frozenset(ungated)
+        self.by_token = by_token
+        self.token_set = frozenset(by_token)
+        self.anchors = tuple(by_anchor.items())
+        self.by_source = tuple(lits.items())
+        self.rule_gates = tuple(
+            RuleGate(
+                frozenset(t.encode("ascii", "replace") for t in r.tokens),
+                frozenset(k.encode("ascii", "replace") for k, w in r.context_literals if w),
+                tuple(dict.fromkeys(k for k, w in r.context_literals if not w)),
+            )
+            for r in self.order
+        )
+        self._sources: dict[str, tuple[frozenset[int], frozenset[int]]] = {}
+
+    def live(self, ix: TextIndex, src_ctx: str) -> list[tuple[Rule, Gate]]:
+        """The rules that pass their anchor/token gate on ``ix``, in scan order, each with
+        its gate for :func:`_rule_matches`."""
+        live = {k for k in self.ungated if self._runs_ok(k, ix)}
+        for t in self.token_set.intersection(ix.tokens()):
+            live.update(self.by_token[t])
+        for a, ks in self.anchors:
+            if ix.has(a, False):
+                live.update(ks)
+        by_src, ctx_src = self._source(src_ctx)
+        live.update(by_src)
+        order, gates = self.order, self.rule_gates
+        return [(order[k], (k in by_src, k in ctx_src, gates[k])) for k in sorted(live)]
+
+    def _runs_ok(self, k: int, ix: TextIndex) -> bool:
+        """Whether rule ``k``'s character-run prefilter (if any) has a run of the right
+        length in ``ix`` — without one :func:`_rule_matches` would find nothing."""
+        rule = self.order[k]
+        if rule.prefilter is None:
+            return True
+        runs = ix.runs(rule.prefilter)
+        if rule.run_len is None:
+            return bool(runs)
+        lo, hi = rule.run_len
+        return any(lo <= e - s <= hi for s, e in runs)
+
+    def _source(self, src_ctx: str) -> tuple[frozenset[int], frozenset[int]]:
+        """The rules the producing command lets through, and those whose required
+        context it carries."""
+        hit = self._sources.get(src_ctx)
+        if hit is None:
+            if not src_ctx:
+                return frozenset(), frozenset()
+            if len(self._sources) >= _MAX_SOURCES:
+                self._sources.pop(next(iter(self._sources), ""), None)
+            low = src_ctx.lower()
+            hit = self._sources[src_ctx] = (
+                frozenset(k for lit, ks in self.by_source if lit in low for k in ks),
+                frozenset(k for k, r in enumerate(self.order)
+                          if r.context_required is not None and r.context_required.search(src_ctx)),
+            )
+        return hit
+
+
+#: Gates by catalogue fingerprint (a policy reload builds another catalogue).
+_GATES: dict[str, _Gates] = {}
+#: Producing commands whose gate is remembered, per catalogue.
+_MAX_SOURCES = 4096
+
+
+def _gates(catalog: Catalog) -> _Gates:
+    g = _GATES.get(catalog.fingerprint)
+    if g is None or g.order is not catalog.scan_order:
+        if len(_GATES) >= 16:
+            _GATES.clear()
+        g = _GATES[catalog.fingerprint] = _Gates(catalog)
+    return g
+
+
+def candidates(
+    text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | None = None, *, gated: bool = True
+) -> list[Cand]:
+    """All accepted candidates of every rule in ``text`` (overlaps not yet resolved).
+    ``gated=False``: every rule tests its own literals, one by one — the same candidates
+    (what the catalogue-wide gate of :class:`_Gates` is tested against)."""
     ix = idx or TextIndex(text)
     src_low = src_ctx.lower()
     out: list[Cand] = []
@@ -436,24 +570,26 @@ def candidates(text: str, catalog: Catalog, src_ctx: str = "", idx: TextIndex | 
     # spans already claimed by a higher-priority, non-nesting candidate: a lower-priority
     # non-nesting candidate with the very same span always loses, so skip its validation
     claimed: set[tuple[int, int]] = set()
-    for rule in catalog.scan_order:
+    rules: Iterable[tuple[Rule, Gate | None]] = (
+        _gates(catalog).live(ix, src_ctx) if gated else ((r, None) for r in catalog.scan_order)
+    )
+    for rule, gate in rules:
+        ctx_by_source = gate[1] if gate is not None else bool(
+            src_ctx and rule.context_required is not None and rule.context_required.search(src_ctx))
         if (
             rule.scope == "text"
             and rule.context_required is not None
-            and not (any(ix.has(k, w) for k, w in rule.context_literals) or rule.context_required.search(src_ctx))
+            and not (ctx_by_source or any(ix.has(k, w) for k, w in rule.context_literals)
+                     or (not src_ctx and rule.context_required.search(src_ctx)))
         ):
             continue
         # context: a regex on a small slice per candidate; once a rule has many
         # candidates, a bisect in the keywords' positions (computed once) is cheaper
-        need_ctx = (
-            rule.context_required is not None
-            and rule.scope != "text"
-            and not (src_ctx and rule.context_required.search(src_ctx))
-        )
+        need_ctx = rule.context_required is not None and rule.scope != "text" and not ctx_by_source
         ctx_pos: list[int] | None = None
         ctx_checks = 0
         grp = rule.group
-        for m in _rule_matches(rule, ix, src_low, src_ctx):
+        for m in _rule_matches(rule, ix, src_low, src_ctx, gate):
             if isinstance(grp, tuple):
                 s = e = -1
                 for g in grp:

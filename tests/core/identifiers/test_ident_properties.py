@@ -97,3 +97,54 @@ def test_plain_prose_yields_nothing_even_as_tool_output(text: str, command: str)
     src = Source(1, "tool", "tool_result", tool_name="bash", command=command, mutating=False)
     ids = extract_text(text, src, cache=None)
     assert not ids, [(i.kind, i.value, i.detector) for i in ids]
+
+
+def _literals() -> list[str]:
+    from proxy.core.identifiers.catalog import Catalog
+
+    lits: set[str] = set()
+    for r in Catalog.load_default().scan_order:
+        lits.update(r.anchors)
+        lits.update(r.tokens)
+        lits.update(k for k, _ in r.context_literals)
+    return sorted(lits)
+
+
+def _rule_examples() -> list[str]:
+    """Every shipped rule's examples and negative examples (texts its literals let in)."""
+    from proxy.core.identifiers.catalog import _default_raw
+
+    out: list[str] = []
+    for r in _default_raw():
+        out.extend(e["text"] if isinstance(e, dict) else str(e) for e in r.get("examples") or ())
+        out.extend(e["text"] if isinstance(e, dict) else str(e) for e in r.get("negative_examples") or ())
+    return out
+
+
+_LITERALS = _literals()
+_EXAMPLES = _rule_examples()
+_COMMANDS = ["", "git rev-parse HEAD", "kubectl get deploy api -o yaml", "alembic current",
+             "aws s3api list-multipart-uploads", "docker pull nginx", "bash", "psql -c 'select pg_current_wal_lsn()'"]
+
+
+@given(
+    st.lists(st.one_of(prose_word, st.sampled_from(_LITERALS), st.sampled_from(_EXAMPLES), opaque_id(),
+                       st.text(max_size=12)), min_size=1, max_size=30),
+    st.sampled_from(_COMMANDS),
+    st.booleans(),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_catalogue_wide_gate_finds_what_each_rule_finds_alone(parts: list[str], command: str, upper: bool) -> None:
+    """The scanner lets a rule run on a text only if its literals (tokens, anchors,
+    context keywords) are there — tested once for the whole catalogue. Every rule
+    testing its own literals one by one finds the very same candidates."""
+    from proxy.core.identifiers.catalog import Catalog
+    from proxy.core.identifiers.scanner import candidates
+
+    text = " ".join(p.upper() if upper and i % 3 == 0 else p for i, p in enumerate(parts))
+    cat = Catalog.load_default()
+
+    def key(cs: list) -> list[tuple[object, ...]]:  # type: ignore[type-arg]
+        return [(c.rule.id, c.start, c.end, c.value, c.norm_groups) for c in cs]
+
+    assert key(candidates(text, cat, command)) == key(candidates(text, cat, command, gated=False))

@@ -1,0 +1,112 @@
+"""What a history's messages say, kept per history and extended, not rebuilt.
+
+An agent's next request is its last one plus a few messages. The analysis of a change of
+the last turn (a replaced reply, an edit) needs two facts about the whole request — its
+messages' text joined (is a lost value still visible verbatim?) and the set of their
+contents up to whitespace (was a lost message only moved?) — and building either walks
+every message in Python. So both are remembered per request, keyed by its message
+digests, and the next request's are built from the longest remembered prefix (up to
+:data:`REACH` messages back) plus its new messages: a C-level copy of the prefix's, and
+Python work for the new messages only. Bounded: :data:`MAX_HISTORIES` histories, texts up
+to :data:`MAX_CHARS` characters each (longer ones are built every time, not kept).
+
+Pure functions of their arguments (the results equal building from scratch); the cache
+is an optimisation only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar, cast
+
+from .messages import Message, Snapshot, tools_text
+
+__all__ = ["content_keys", "joined_text", "visible_text"]
+
+#: How many trailing messages a request may add to a remembered one and still extend it.
+REACH = 8
+#: Remembered histories (per kind of fact).
+MAX_HISTORIES = 64
+#: Joined texts longer than this are not remembered.
+MAX_CHARS = 1 << 20
+
+T = TypeVar("T")
+
+
+class _Prefixed:
+    """Facts about message lists, by their digests, extended from a remembered prefix."""
+
+    def __init__(self) -> None:
+        self._by: OrderedDict[tuple[str, ...], object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(
+        self,
+        digests: tuple[str, ...],
+        msgs: Sequence[Message],
+        build: Callable[[Sequence[Message]], T],
+        extend: Callable[[T, Sequence[Message]], T],
+        keep: Callable[[T], bool],
+    ) -> T:
+        n = len(digests)
+        if not n or not all(digests):  # a message without a digest: nothing to key by
+            return build(msgs)
+        hit: object = None
+        k = 0
+        with self._lock:
+            for k in range(min(REACH, n - 1) + 1):
+                hit = self._by.get(digests[: n - k])
+                if hit is not None:
+                    break
+        if hit is None:
+            value = build(msgs)
+        elif k:
+            value = extend(cast(T, hit), msgs[n - k :])
+        else:
+            value = cast(T, hit)
+        if keep(value):
+            with self._lock:
+                self._by[digests] = value
+                self._by.move_to_end(digests)
+                while len(self._by) > MAX_HISTORIES:
+                    self._by.popitem(last=False)
+        return value
+
+
+_TEXTS = _Prefixed()
+_KEYS = _Prefixed()
+
+
+def _join(msgs: Sequence[Message]) -> str:
+    return "\n".join(t for t in (m.text for m in msgs) if t)
+
+
+def _extend_text(prefix: str, msgs: Sequence[Message]) -> str:
+    more = _join(msgs)
+    return prefix + "\n" + more if prefix and more else prefix or more
+
+
+def joined_text(digests: tuple[str, ...], msgs: Sequence[Message]) -> str:
+    """``"\\n".join`` of the non-empty texts of ``msgs`` (whose digests are ``digests``)."""
+    return _TEXTS.get(digests, msgs, _join, _extend_text, lambda s: len(s) <= MAX_CHARS)
+
+
+def content_keys(
+    digests: tuple[str, ...], msgs: Sequence[Message], key: Callable[[Message], Hashable]
+) -> frozenset[Hashable]:
+    """``{key(m) for m in msgs}`` (``key`` must depend on a message's content only, the
+    same function on every call)."""
+    return _KEYS.get(
+        digests, msgs,
+        lambda ms: frozenset(key(m) for m in ms),
+        lambda s, ms: s | {key(m) for m in ms},
+        lambda s: True,
+    )
+
+
+def visible_text(snapshot: Snapshot) -> str:
+    """:meth:`Snapshot.visible_text`, its messages' part from :func:`joined_text`."""
+    chunks = (snapshot.system, joined_text(snapshot.digests, snapshot.messages), tools_text(snapshot.tools))
+    return "\n".join(c for c in chunks if c)
