@@ -142,22 +142,26 @@ def _digest_of(role: str, parts: Sequence[Part], name: str | None) -> str:
     # one update of the joined fields: the same digest as feeding them one by one
     if any(len(p.text) > _HASH_ALONE for p in parts):
         return _digest_of_large(role, parts, name)
-    chunks = [role.encode(), b"\x00", (name or "").encode("utf-8", "surrogatepass")]
+    # the fields joined as text and encoded once: UTF-8 (surrogatepass too) encodes a
+    # concatenation as the concatenation of the encodings, and every field is followed by
+    # an ASCII separator, so these are the bytes of encoding each field by itself
+    fields = [name or ""]
     for p in parts:
-        chunks += (
-            b"\x01",
-            p.kind.encode(),
-            b"\x00",
-            p.text.encode("utf-8", "surrogatepass"),
-            b"\x00",
-            (p.tool_name or "").encode("utf-8", "surrogatepass"),
-            b"\x00",
-            (p.tool_call_id or "").encode("utf-8", "surrogatepass"),
-            b"\x00",
-            (p.payload_digest or "").encode("utf-8", "surrogatepass"),
-            b"\x01" if p.is_error else b"\x00",
+        fields += (
+            "\x01",
+            p.kind,
+            "\x00",
+            p.text,
+            "\x00",
+            p.tool_name or "",
+            "\x00",
+            p.tool_call_id or "",
+            "\x00",
+            p.payload_digest or "",
+            "\x01" if p.is_error else "\x00",
         )
-    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
+    raw = role.encode() + b"\x00" + "".join(fields).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 #: Digests of messages with a long text computed ahead of time, elsewhere (a worker

@@ -189,6 +189,37 @@ def test_digests_are_stable_values() -> None:
     assert text_message("user", "hello").digest == "5042293f747025f26187fe5446f2cf65"
 
 
+
+def _digest_field_by_field(role: str, parts: tuple[Part, ...], name: str | None) -> str:
+    """The digest as first defined: every field encoded by itself, the bytes joined."""
+    import hashlib
+
+    chunks = [role.encode(), b"\x00", (name or "").encode("utf-8", "surrogatepass")]
+    for p in parts:
+        chunks += (b"\x01", p.kind.encode())
+        for f in (p.text, p.tool_name, p.tool_call_id, p.payload_digest):
+            chunks += (b"\x00", (f or "").encode("utf-8", "surrogatepass"))
+        chunks.append(b"\x01" if p.is_error else b"\x00")
+    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
+
+
+_any_text = st.text(alphabet=st.characters(blacklist_categories=()), max_size=12)  # lone surrogates too
+
+
+@given(
+    st.sampled_from(["user", "assistant", "tool", "system"]),
+    st.lists(
+        st.builds(Part, st.sampled_from(["text", "tool_call", "tool_result", "binary"]), _any_text,
+                  st.none() | _any_text, st.none() | _any_text, st.booleans(), st.none() | _any_text),
+        max_size=4,
+    ),
+    st.none() | _any_text,
+)
+def test_digest_is_the_field_by_field_encoding(role: str, parts: list[Part], name: str | None) -> None:
+    m = make_message(role, parts, name)  # type: ignore[arg-type]
+    assert m.digest == _digest_field_by_field(role, tuple(parts), name)
+
+
 _chat_items = st.lists(
     st.one_of(
         st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant", "system", "developer"]),

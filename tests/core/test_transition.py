@@ -6,10 +6,18 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.core.markers import NO_MARKERS, default_markers
-from proxy.core.messages import Snapshot, from_any, from_body, from_openai_chat
-from proxy.core.transition import classify, detect_summarize_request, looks_like_summary, same_reply
+from proxy.core.messages import Message, Snapshot, from_any, from_body, from_openai_chat
+from proxy.core.transition import (
+    _last_user,
+    classify,
+    detect_summarize_request,
+    looks_like_summary,
+    same_reply,
+)
 from tests.support.conversations import (
     MASK_STYLES,
     STYLES,
@@ -313,3 +321,10 @@ def test_an_encrypted_compaction_item_is_the_summary_of_what_it_replaced() -> No
     ]}  # fmt: skip
     t = classify(from_body("messages", anth_before), from_body("messages", anth_after))
     assert t.kind == "summarize" and t.summary == (1,)
+
+
+@given(st.lists(st.sampled_from(["user", "assistant", "tool", "system"]), max_size=40))
+def test_last_user_is_the_highest_user_index(roles: list[str]) -> None:
+    snap = Snapshot("openai", "", tuple(Message(r, ()) for r in roles))  # type: ignore[arg-type]
+    want = max((i for i, r in enumerate(roles) if r == "user"), default=None)
+    assert _last_user(snap) == want
