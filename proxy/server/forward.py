@@ -49,6 +49,7 @@ from proxy.server.routes import Route, classify, route_template
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
 from proxy.server.websocket import is_websocket, relay_websocket
+from proxy.state.store import Store
 
 __all__ = ["BODY_CACHE", "proxy_handler"]
 
@@ -207,6 +208,9 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
             ),
         )
     rec.bytes_in = len(body)
+    store = getattr(getattr(app.get(INTERCEPTOR_KEY), "tracker", None), "store", None)
+    if isinstance(store, Store) and len(body) >= bodyparse.OFFLOAD_BYTES:
+        await store.room()  # a large body waits while the store's writer is behind
 
     parsed, problem = await _parse_body(request, route, body, rec.tenant)
     if problem is not None:

@@ -6,9 +6,21 @@ and committed in batches: the first write of a batch schedules a flush ``flush_d
 seconds later (so a busy proxy commits a few times a second, not once per request, and
 the writer thread seldom competes with the loop for the GIL), and writes made while a
 flush runs go to the next batch. Records are serialised to JSON on the writer thread,
-from snapshots taken when the write is enqueued. Reads (and :meth:`flush`/:meth:`close`)
-cut the delay short and run on the same thread after flushing the buffer, so they see
-every earlier write.
+from snapshots taken when the write is enqueued. :meth:`flush`, :meth:`close` and
+:meth:`load` cut the delay short and run on that thread after flushing the buffer.
+
+Messages and blobs are read on a thread and connection of their own (WAL: a reader
+never waits for the writer's transaction), and a read waits for the writer only when
+a row it asks for is still pending (queued, or in the batch being written): then it
+waits until that is committed, as every read did before. A read of conversation *Y*
+does not wait behind *X*'s 10 MB text being redacted (issue 16: such a read took 7.8 s
+with one pending, 17 s with four). Rows are keyed by content digest or hash, so a row
+not pending when the read starts is either committed already or written after it.
+
+The backlog is bounded (:data:`MAX_BACKLOG_CHARS` of message text pending): past it,
+:meth:`room` — which the request path awaits before a large body is taken in — waits
+until the writer has caught up. Nothing acknowledged is dropped; the large tenant
+waits, the others do not (the write methods themselves never block the loop).
 
 A conversation's history digests are stored in chunks of :data:`DIGEST_CHUNK`
 (``digest_chunks``), and a save rewrites only the chunks that changed since the last
@@ -88,6 +100,14 @@ GC_INTERVAL = 30.0
 #: 50 ms the loop lost ~0.1 ms per request to it); a crash loses at most this much.
 FLUSH_DELAY = 0.25
 
+#: Message text (characters) pending in the writer beyond which :meth:`SQLiteStore.room`
+#: waits: about six 10 MB texts, each more than a second of redaction.
+MAX_BACKLOG_CHARS = 64 << 20
+
+
+def _chars(m: Message) -> int:
+    return sum(len(p.text) for p in m.parts)
+
 
 class _Batch:
     def __init__(self) -> None:
@@ -98,6 +118,8 @@ class _Batch:
         self.timeline: dict[tuple[str, int], dict[str, Any]] = {}
         self.events: dict[tuple[str, int], str] = {}
         self.deletes: set[str] = set()
+        #: characters of message text in ``messages``
+        self.chars = 0
 
     def __bool__(self) -> bool:
         return bool(self.convs or self.messages or self.blobs or self.timeline or self.events or self.deletes)
@@ -120,6 +142,10 @@ class SQLiteStore(Store):
         self._need_gc = False
         self._closed = False
         self._inflight: Future[None] | None = None
+        #: the batch the writer is writing (its rows are still pending for readers)
+        self._writing: _Batch | None = None
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-read")
+        self._rconn: sqlite3.Connection | None = None
         #: digests committed per conversation in ``digest_chunks`` (writer thread only)
         self._written: dict[str, tuple[str, ...]] = {}
 
@@ -135,6 +161,11 @@ class SQLiteStore(Store):
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)", (SCHEMA_VERSION,))
         self._conn = conn
 
+    def _connect_reader(self) -> None:
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=5000")
+        self._rconn = conn
+
     def _flush_sync(self) -> None:
         conn = self._conn
         with self._lock:
@@ -142,8 +173,19 @@ class SQLiteStore(Store):
             if conn is None:  # not open yet: keep the batch for the first flush after open
                 return
             batch, self._batch = self._batch, _Batch()
+            if batch:
+                self._writing = batch
         if not batch:
             return
+        try:
+            self._write(conn, batch)
+        finally:
+            with self._lock:  # committed (or dropped): no longer pending for readers
+                self._writing = None
+        if self._need_gc and time.monotonic() - self._last_gc >= GC_INTERVAL:
+            self._gc_sync()
+
+    def _write(self, conn: sqlite3.Connection, batch: _Batch) -> None:
         try:
             conn.execute("BEGIN")
             # deletions first: a conversation deleted then re-created in one batch
@@ -204,8 +246,6 @@ class SQLiteStore(Store):
             self._written.clear()  # unknown state: the next saves rewrite every chunk
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-        if self._need_gc and time.monotonic() - self._last_gc >= GC_INTERVAL:
-            self._gc_sync()
 
     def _gc_sync(self) -> None:
         conn = self._conn
@@ -242,6 +282,35 @@ class SQLiteStore(Store):
         self._hurry.set()  # a pending delayed flush runs now: the read is not held up
         return await loop.run_in_executor(self._exec, self._run, fn)
 
+    def _pending(self, table: str, keys: list[str]) -> bool:
+        """Whether a row of ``table`` (``messages`` or ``blobs``) with one of ``keys``
+        is queued or being written."""
+        with self._lock:
+            for batch in (self._batch, self._writing):
+                if batch is not None:
+                    rows: dict[str, Any] = batch.messages if table == "messages" else batch.blobs
+                    if rows and any(k in rows for k in keys):
+                        return True
+        return False
+
+    async def _read(self, table: str, keys: list[str], fn: Callable[[], T]) -> T:
+        """``fn`` on the reader thread, after the writer committed what of ``keys`` is
+        pending (nothing else is waited for)."""
+        if self._pending(table, keys):
+            await self.flush()
+        return await asyncio.get_running_loop().run_in_executor(self._reader, fn)
+
+    def backlog(self) -> int:
+        """Characters of message text not yet committed."""
+        with self._lock:
+            return self._batch.chars + (self._writing.chars if self._writing is not None else 0)
+
+    async def room(self) -> None:
+        """Wait while more than :data:`MAX_BACKLOG_CHARS` of message text is pending
+        (each pass waits until the writer has written what was queued)."""
+        while not self._closed and self.backlog() > MAX_BACKLOG_CHARS:
+            await self.flush()
+
     # -- loop side
 
     def _schedule(self) -> None:
@@ -253,6 +322,7 @@ class SQLiteStore(Store):
     async def open(self) -> None:
         await self._call(self._connect)
         await self.flush()
+        await asyncio.get_running_loop().run_in_executor(self._reader, self._connect_reader)
 
     async def flush(self) -> None:
         await self._call(lambda: None)
@@ -269,11 +339,18 @@ class SQLiteStore(Store):
                 self._conn.close()
                 self._conn = None
 
+        def _close_reader() -> None:
+            if self._rconn is not None:
+                self._rconn.close()
+                self._rconn = None
+
         loop = asyncio.get_running_loop()
         self._hurry.set()
         await loop.run_in_executor(self._exec, _final)
+        await loop.run_in_executor(self._reader, _close_reader)
         self._closed = True
         self._exec.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
 
     async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
         def _load() -> list[ConversationRecord]:
@@ -311,31 +388,31 @@ class SQLiteStore(Store):
         wanted = list(dict.fromkeys(digests))
 
         def _load() -> dict[str, Message]:
-            assert self._conn is not None
+            assert self._rconn is not None
             out: dict[str, Message] = {}
             for i in range(0, len(wanted), 500):
                 chunk = wanted[i : i + 500]
                 q = f"SELECT digest, body FROM messages WHERE digest IN ({','.join('?' * len(chunk))})"
-                for d, body in self._conn.execute(q, chunk):
+                for d, body in self._rconn.execute(q, chunk):
                     out[d] = message_from_json(body)
             return out
 
-        return await self._call(_load)
+        return await self._read("messages", wanted, _load)
 
     async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))
 
         def _load() -> dict[str, str]:
-            assert self._conn is not None
+            assert self._rconn is not None
             out: dict[str, str] = {}
             for k in wanted:
-                row = self._conn.execute("SELECT body FROM blobs WHERE key = ?", (k,)).fetchone()
+                row = self._rconn.execute("SELECT body FROM blobs WHERE key = ?", (k,)).fetchone()
                 if row is not None:
                     body = row[0]
                     out[k] = body.decode("utf-8", "surrogatepass") if isinstance(body, bytes) else body
             return out
 
-        return await self._call(_load)
+        return await self._read("blobs", wanted, _load)
 
     def save_conversation(self, rec: ConversationRecord) -> None:
         row = (rec.last_seen, rec.meta_dict(), rec.digests)
@@ -345,8 +422,11 @@ class SQLiteStore(Store):
 
     def put_messages(self, msgs: Iterable[Message]) -> None:
         with self._lock:
+            batch = self._batch
             for m in msgs:
-                self._batch.messages[m.digest] = m
+                if m.digest not in batch.messages:
+                    batch.chars += _chars(m)
+                batch.messages[m.digest] = m
             self._schedule()
 
     def put_blob(self, key: str, text: str) -> None:

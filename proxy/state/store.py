@@ -53,6 +53,10 @@ class Store(ABC):
     async def flush(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Wait until every write enqueued so far is durable."""
 
+    async def room(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Wait while the store's backlog of pending writes is over its bound (awaited
+        before a large request body is taken in: backpressure on the large tenant)."""
+
     @abstractmethod
     async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
         """Every stored conversation with its last ``max_timeline`` timeline entries and
