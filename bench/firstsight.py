@@ -124,10 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({"setup": load.setup_of(args), "size": args.size, "results": figs, "raw": res}, indent=2))
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            p.join(timeout=5)
+        load.stop_all(procs.values())
     return 0
 
 

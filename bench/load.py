@@ -498,6 +498,15 @@ def start_as(args: argparse.Namespace, kind: str, upstream: str, state_dir: str)
     return start(kind, upstream, state_dir, cpus_for(args, kind), args.model_latency / 1e3 if kind == "fake" else 0.0)
 
 
+def stop_all(procs: Any) -> None:
+    """Terminate the harness's processes, then wait up to 5 s for each."""
+    procs = list(procs)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, nargs="+", default=[8],
@@ -546,10 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"setup": setup_of(args), "latency": {str(n): r for n, r in by_agents.items()},
                               "inprocess_cpu_s": cost}, indent=2))
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            p.join(timeout=5)
+        stop_all(procs.values())
     return 0
 
 
