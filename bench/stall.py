@@ -114,7 +114,16 @@ def _dump_tasks(trace: str) -> None:
     out = io.StringIO()
     out.write(f"=== {time.time():.3f}: {len(asyncio.all_tasks())} tasks\n")
     for task in asyncio.all_tasks():
-        task.print_stack(limit=12, file=out)
+        out.write(f"{task.get_name()}:\n")
+        # a suspended task's own stack is its outermost frame only: follow what it awaits
+        link: Any = task.get_coro()
+        while link is not None:
+            frame = getattr(link, "cr_frame", None) or getattr(link, "gi_frame", None) or getattr(link, "ag_frame", None)
+            if frame is None:
+                out.write(f"    awaiting {link!r:.300}\n")
+                break
+            out.write(f"    {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}\n")
+            link = getattr(link, "cr_await", None) or getattr(link, "gi_yieldfrom", None) or getattr(link, "ag_await", None)
     with open(os.path.join(trace, "tasks.txt"), "a") as f:
         f.write(out.getvalue())
         f.flush()
@@ -200,17 +209,28 @@ def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any
 PROBE_TIMEOUT = 20.0
 
 
-async def _timed(call: Callable[[], Any]) -> tuple[float, bool]:
-    """Seconds ``call()`` took, and whether it timed out (then: :data:`PROBE_TIMEOUT`)."""
+#: With ``--trace``: seconds after which a probe still in flight has the proxy dump its
+#: tasks (``--dump-after``), so a stall shorter than :data:`PROBE_TIMEOUT` is attributed too.
+DUMP_AFTER = PROBE_TIMEOUT
+
+
+async def _timed(call: Callable[[], Any], on_slow: Callable[[], None] = lambda: None) -> tuple[float, bool]:
+    """Seconds ``call()`` took, and whether it timed out (then: :data:`PROBE_TIMEOUT`);
+    ``on_slow`` runs once if it is still in flight after :data:`DUMP_AFTER` seconds."""
     t = time.perf_counter()
+    slow = asyncio.get_running_loop().call_later(DUMP_AFTER, on_slow) if DUMP_AFTER < PROBE_TIMEOUT else None
     try:
         await asyncio.wait_for(call(), PROBE_TIMEOUT)
     except asyncio.TimeoutError:
         return PROBE_TIMEOUT, True
+    finally:
+        if slow is not None:
+            slow.cancel()
     return time.perf_counter() - t, False
 
 
-async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> tuple[float, float, int]:
+async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str,
+                 on_slow: Callable[[], None] = lambda: None) -> tuple[float, float, int]:
     """Latencies of ``/healthz`` and the small request, and how many of them timed out."""
     async def healthz() -> None:
         async with s.get(url + "/healthz") as r:
@@ -222,8 +242,8 @@ async def _probe(s: aiohttp.ClientSession, url: str, small: bytes, key: str) -> 
             await r.read()
             assert r.status == 200, r.status
 
-    hz, late_hz = await _timed(healthz)
-    sm, late_sm = await _timed(chat)
+    hz, late_hz = await _timed(healthz, on_slow)
+    sm, late_sm = await _timed(chat, on_slow)
     return hz, sm, late_hz + late_sm
 
 
@@ -240,9 +260,10 @@ async def _probes(url: str, seconds: float, interval: float, direct: str,
         while time.perf_counter() < deadline:
             small = json.dumps({"model": "gpt-4o", "messages": [
                 {"role": "user", "content": f"probe {i} of a small conversation"}]}).encode()
-            h, m, late = await _probe(s, url, small, f"sk-bench-probe-{i % 7}")
+            h, m, late = await _probe(s, url, small, f"sk-bench-probe-{i % 7}", on_timeout)
             if late:
-                on_timeout()
+                if DUMP_AFTER >= PROBE_TIMEOUT:
+                    on_timeout()
                 print(f"  {late} probe(s) timed out after {PROBE_TIMEOUT:.0f} s (counted as {PROBE_TIMEOUT:.0f} s)",
                       flush=True)
             hz.append(h)
@@ -310,7 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     ap.add_argument("--trace", metavar="DIR", help="record the proxy's loop stalls (all threads' stacks when "
                     "its loop is >100 ms late) and, with py-spy installed, who holds the GIL under load, in DIR")
+    ap.add_argument("--gil-profile", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --trace and py-spy installed: sample who holds the GIL under load (default on; "
+                    "sampling slows the proxy, and so changes the load it sees)")
+    ap.add_argument("--dump-after", type=float, default=PROBE_TIMEOUT, metavar="S",
+                    help="with --trace: dump the proxy's tasks whenever a probe is still in flight after S "
+                    f"seconds (default: only when it times out, {PROBE_TIMEOUT:.0f} s)")
     args = ap.parse_args(argv)
+    global DUMP_AFTER
+    DUMP_AFTER = min(args.dump_after, PROBE_TIMEOUT)
     split = cpu_split() if args.pin else None
     harness = split[0] if split else None
     if harness:
@@ -340,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             dump = (lambda: os.kill(pid, signal.SIGUSR1)) if args.trace else (lambda: None)
             quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0], on_timeout=dump)
             loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0],
-                            lambda r=r: _spy(pid, args.trace, f"gil-loaded-{r + 1}.txt"), dump)
+                            lambda r=r: _spy(pid, args.trace if args.gil_profile else None, f"gil-loaded-{r + 1}.txt"), dump)
             row = {
                 "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
                 "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
