@@ -24,7 +24,8 @@ on the other.
     python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR]
 
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
-100 ms late, the stacks of all its threads (``DIR/stalls.txt``), and, when py-spy is
+100 ms late, the stacks of all its threads (``DIR/stalls.txt``, with every cyclic-GC
+pass over 25 ms), and, when py-spy is
 installed, which thread holds the GIL while loaded (``DIR/gil-loaded-N.txt``, py-spy's
 folded stacks per thread); when a probe times out (:data:`PROBE_TIMEOUT`), every
 asyncio task's and thread's stack in the proxy (``DIR/tasks.txt``).
@@ -103,6 +104,19 @@ def _watch_loop(trace: str, late: float) -> None:
         loop.call_later(tick, beat)
 
     beat()
+
+    import gc
+
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started and (took := time.perf_counter() - started[0]) > late / 4:
+            out.write(f"GC generation {info['generation']} took {took * 1e3:.0f} ms "
+                      f"({info['collected']} collected) at {time.time():.3f}\n\n")
+
+    gc.callbacks.append(on_gc)
 
 
 def _dump_tasks(trace: str) -> None:
