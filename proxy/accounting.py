@@ -24,11 +24,14 @@ tokenised once however many requests repeat it.
 
 Bounded work on the event loop: a text longer than :data:`LOOP_EXACT_CHARS` is never
 tokenised whole there (tiktoken takes ~0.15 s per MB of ordinary text and ~0.5 s per MB
-of one unbroken run, superlinear in the run's length). Its count is *estimated* from its first ``LOOP_EXACT_CHARS``
-characters, scaled to its length, unless :meth:`TokenAccounting.precount` — run in a
-worker thread, where tiktoken releases the GIL — already counted it exactly (up to
-:data:`MAX_EXACT_CHARS` per text; longer ones are estimated the same way there). A
-message whose count is an estimate is remembered as such (:meth:`TokenAccounting.is_estimated`),
+of one unbroken run, superlinear in the run's length). Its count is *estimated* from
+:data:`SAMPLE_CHARS` characters of it in windows spread from head to tail, scaled to
+its length (:func:`estimate`), unless :meth:`TokenAccounting.precount` — run in a
+worker thread, where tiktoken releases the GIL — already counted it exactly. Texts over
+:data:`MAX_EXACT_CHARS` are estimated the same way everywhere: counting even their first
+256 K characters exactly cost ~0.25 s of CPU per 10 MB single-run text, on the core the
+event loop needs (``bench.stall``), for an estimate all the same. A message whose count
+is an estimate is remembered as such (:meth:`TokenAccounting.is_estimated`),
 so the token timeline can say so. A message costs its text and tool-call
 names plus :data:`MESSAGE_OVERHEAD` tokens (OpenAI chat framing); a request adds the
 system prompt, the tool definitions and :data:`REPLY_OVERHEAD`.
@@ -191,6 +194,30 @@ def _window_from_litellm(litellm: Any, model: str) -> int | None:
         return int(v) if v else None
     except Exception:
         return None
+
+
+#: A text too long to count exactly is estimated from this many characters of it, taken
+#: as :data:`SAMPLES` windows spread evenly from its head to its tail.
+SAMPLE_CHARS = LOOP_EXACT_CHARS
+SAMPLES = 4
+
+
+def estimate(fn: Callable[[str], int], text: str) -> int:
+    """Tokens of ``text`` estimated from :data:`SAMPLES` windows of it (head, tail and
+    evenly between; :data:`SAMPLE_CHARS` characters in all), scaled to its length. The
+    cost is bounded whatever the text's length; windows spread over it see a text whose
+    kind changes along it (prose, then a base64 blob) as a head alone would not."""
+    width = SAMPLE_CHARS // SAMPLES
+    if len(text) <= SAMPLE_CHARS:
+        return fn(text)
+    step = (len(text) - width) / (SAMPLES - 1)
+    sampled = sum(fn(text[at : at + width]) for at in (round(i * step) for i in range(SAMPLES)))
+    return max(1, round(sampled * len(text) / (width * SAMPLES)))
+
+
+def _precountable(m: Message) -> bool:
+    """Whether ``m`` has a text the event loop only estimates and a thread counts exactly."""
+    return any(LOOP_EXACT_CHARS < len(p.text) <= MAX_EXACT_CHARS for p in m.parts)
 
 
 class TokenAccounting:
@@ -386,23 +413,22 @@ class TokenAccounting:
             self.count_message(model, m)
 
     def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
-        """Count the messages with a text too long for the event loop, exactly up to
-        :data:`MAX_EXACT_CHARS` per text. Blocking: run it in a worker thread. (Not at a
-        lower CPU priority: a niced thread descheduled while it holds the GIL would stall
-        the event loop — measured, seconds.)"""
+        """Count exactly the messages with a text too long for the event loop but not
+        over :data:`MAX_EXACT_CHARS` (a longer text is an estimate wherever it is
+        counted, the same one: nothing to precount). Blocking: run it in a worker
+        thread (tiktoken releases the GIL while it encodes)."""
         for m in msgs:
-            if any(len(p.text) > LOOP_EXACT_CHARS for p in m.parts):
+            if _precountable(m):
                 self.count_message(model, m, limit=MAX_EXACT_CHARS)
 
     @staticmethod
     def needs_precount(msgs: tuple[Message, ...]) -> bool:
-        return any(len(p.text) > LOOP_EXACT_CHARS for m in msgs for p in m.parts)
+        return any(_precountable(m) for m in msgs)
 
     def _count_part(self, tok: str, fn: Callable[[str], int], text: str, limit: int = LOOP_EXACT_CHARS) -> tuple[int, bool]:
         """(tokens, estimated) of one text."""
         if len(text) > limit:
-            head = fn(text[:limit])
-            return max(1, round(head * len(text) / limit)), True
+            return estimate(fn, text), True
         if len(text) > _SHORT_TEXT:
             return fn(text), False
         key = (tok, text)
