@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from proxy.server.hooks import Interceptor
 from proxy.server.inflight import INFLIGHT_KEY, InFlight
 from proxy.server.logs import GATE_LOGGER
 from proxy.server.protocol import GateAppRunner
+from proxy.state import offload
 
 __all__ = ["AppFactory", "RunningServer", "serve", "start_server"]
 
@@ -117,6 +119,8 @@ async def start_server(
     except BaseException:
         await runner.cleanup()
         raise
+    # the worker processes for large bodies start now, not on the first large request
+    threading.Thread(target=offload.prestart, name="cg-offload-start", daemon=True).start()
     bound = port
     for address in runner.addresses:
         if isinstance(address, tuple) and len(address) >= 2:

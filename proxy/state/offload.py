@@ -5,8 +5,8 @@ Redacting a 10 MB text before it is stored is about a second of pure-Python scan
 thread held the GIL for 40-65% of the time while four such requests were in flight, and
 every wake-up of the event loop — every other tenant's request — queued behind it. A
 text longer than :data:`OFFLOAD_CHARS` is therefore scanned by a worker process
-(``concurrent.futures.ProcessPoolExecutor``, started on first use, at a lower CPU
-priority than the server: storing is work behind the requests), which sends back only
+(``concurrent.futures.ProcessPoolExecutor``, started with the server
+(:func:`prestart`) or on first use, at a lower CPU priority than the server: storing is work behind the requests), which sends back only
 the spans found; the caller, blocked without the GIL meanwhile, applies them.
 Shorter texts, and any failure of the worker (it is then restarted on the next call),
 are scanned where they are: the result is the same either way.
@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
 
-__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "run", "spans_of", "submit"]
+__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "prestart", "run", "spans_of", "submit"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,12 +52,14 @@ BACKGROUND_NICE = 10
 
 
 class _Worker:
-    """One worker process, started on first use, restarted after a failure."""
+    """One worker process, started on first use (or by :func:`prestart`), restarted
+    after a failure."""
 
     def __init__(self, nice: int) -> None:
         self.nice = nice
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
+        self._lowered: set[int] = set()
 
     def executor(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -67,9 +69,24 @@ class _Worker:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_worker_init,
-                    initargs=(self.nice,),
+                    initargs=(_target_nice(self.nice),),
                 )
             return self._pool
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """``fn(*args)`` in the worker; a process the pool has just started is lowered
+        to the worker's priority from here, at once: its own initializer runs only after
+        it has imported the server's main module (a second of CPU, otherwise taken at the
+        server's priority on the loop's core)."""
+        pool = self.executor()
+        fut = pool.submit(fn, *args)
+        processes = getattr(pool, "_processes", None) or {}
+        for pid in list(processes):
+            if pid not in self._lowered:
+                self._lowered.add(pid)
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, pid, _target_nice(self.nice))
+        return fut
 
     def discard(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:
@@ -82,6 +99,11 @@ class _Worker:
             pool = self._pool
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _target_nice(nice: int) -> int:
+    """The niceness a worker runs at: ``nice`` steps above this process's."""
+    return min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
 
 
 _STORE = _Worker(WORKER_NICE)
@@ -104,10 +126,11 @@ def lower_priority(nice: int = BACKGROUND_NICE) -> None:
 
 
 def _worker_init(nice: int) -> None:
-    """In the worker: a lower priority, and an exit as soon as the server is gone (a
-    server killed by a signal leaves no worker behind)."""
+    """In the worker: its lower priority (``nice``, absolute: the server may have set it
+    already), and an exit as soon as the server is gone (a server killed by a signal
+    leaves no worker behind)."""
     with contextlib.suppress(OSError):  # not permitted: run at the same priority
-        os.nice(nice)
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
     parent = os.getppid()
 
     def watch() -> None:
@@ -142,7 +165,7 @@ def spans_of(text: str) -> list[tuple[int, int, str, str]]:
         return secret_spans(text)
     pool = _STORE.executor()
     try:
-        return pool.submit(secret_spans, text).result()
+        return _STORE.submit(secret_spans, text).result()
     except Exception as exc:  # noqa: BLE001 - a broken or refused worker: scan here
         log.warning("redaction worker unavailable (%s); scanning in-process", type(exc).__name__)
         _STORE.discard(pool)
@@ -157,7 +180,7 @@ def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
         return None
     pool = _REQUEST.executor()
     try:
-        fut = pool.submit(fn, *args)
+        fut = _REQUEST.submit(fn, *args)
     except (BrokenProcessPool, OSError, RuntimeError) as exc:
         _broken(pool, exc)
         return None
@@ -187,6 +210,23 @@ async def run(fn: Callable[..., T], *args: Any) -> T | None:
         raise
     except Exception:  # noqa: BLE001 - the worker failed (logged by submit's callback)
         return None
+
+
+def _ready() -> bool:
+    return True
+
+
+def prestart() -> None:
+    """Start both workers now, in the background (a server calls it as it starts): a
+    worker's start — a new interpreter importing the server's modules, about a second
+    of CPU — then never lands on the first large request, nor on every other tenant's
+    requests sharing the core meanwhile (``bench.stall``: 4-9 s for a small request in
+    the first loaded round). Nothing when no worker can run here."""
+    if not _can_spawn():
+        return
+    for worker in (_STORE, _REQUEST):
+        with contextlib.suppress(Exception):  # a worker that cannot start: used in-process later
+            worker.submit(_ready)
 
 
 @atexit.register

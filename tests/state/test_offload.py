@@ -21,3 +21,23 @@ def test_a_text_over_the_threshold_is_scanned_in_the_worker_with_the_same_result
     assert secrets[0] not in stored and stored.startswith("[redacted:github_token]")
     short = "token " + secrets[0]
     assert offload.spans_of(short) == secret_spans(short)
+
+
+def _worker_pids(worker: offload._Worker) -> list[int]:
+    pool = worker._pool
+    return list(getattr(pool, "_processes", None) or {}) if pool is not None else []
+
+
+def test_prestart_starts_both_workers_at_their_lower_priority() -> None:
+    import os
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    offload.prestart()
+    for worker, nice in ((offload._STORE, offload.WORKER_NICE), (offload._REQUEST, offload.REQUEST_NICE)):
+        pids = _worker_pids(worker)
+        assert pids, "prestart started no worker"
+        # set from here as the process starts (its imports run niced), again by its initializer
+        assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, base + nice)}
+        assert worker.submit(offload._ready).result(timeout=60) is True
+        assert _worker_pids(worker) == pids  # the one process, reused
+        assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, base + nice)}
