@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -50,7 +51,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.load import cpu_split, pct
+from bench.load import cpu_seconds, cpu_split, pct
 
 BIG_MODEL = "gpt-4o-big"
 
@@ -218,6 +219,43 @@ def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any
     asyncio.run(pumps())
 
 
+def _family(pid: int) -> list[int]:
+    """``pid`` and its child processes (the proxy's workers)."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return [pid, *kids]
+
+
+def _settle(pid: int, limit: float = 60.0) -> float:
+    """Wait until the proxy and its workers are quiet (under 10% of a core over half a
+    second: the workers it starts with itself have imported what they need); seconds
+    waited."""
+    t0 = time.perf_counter()
+
+    def used() -> float:
+        total = 0.0
+        for p in _family(pid):
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(p)
+        return total
+
+    before = used()
+    while time.perf_counter() - t0 < limit:
+        time.sleep(0.5)
+        now = used()
+        if now - before < 0.05:
+            break
+        before = now
+    return time.perf_counter() - t0
+
+
 #: Seconds a probe may take: one that takes longer is counted as taking this long (a
 #: lower bound, reported as a timeout) and the probing goes on.
 PROBE_TIMEOUT = 20.0
@@ -378,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         p.start()
         procs.append(p)
         url, pid = q.get(timeout=120)
+        print(f"proxy quiet {_settle(pid):.1f} s after it listened", flush=True)
         rows: list[dict[str, float]] = []
         for r in range(args.rounds):
             dump = (lambda: os.kill(pid, signal.SIGUSR1)) if args.trace else (lambda: None)
