@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from proxy.core import bodyrefs
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
 from proxy.gate.background import in_daemon_thread
 from proxy.gate.observation import Observation
@@ -110,7 +111,7 @@ class TrackingTap:
         def reply() -> Reply | None:
             if parsing is not None:
                 if parsing.done() and not parsing.cancelled() and parsing.exception() is None:
-                    return parsing.result()[0]
+                    return bodyrefs.loads(parsing.result(), body)[0]  # type: ignore[no-any-return]
                 parsing.cancel()  # drained before the worker was done (or it failed): here
             return _reply_of(api, body)[0]
 
@@ -187,14 +188,21 @@ def _in_thread(fn: Callable[[], None]) -> asyncio.Future[Any] | None:
     return in_daemon_thread(fn)
 
 
-def _parse_elsewhere(api: str, body: bytes) -> Future[tuple[Reply | None]] | None:
+def _reply_elsewhere(api: str, body: bytes) -> bytes:
+    """In the worker: :func:`_reply_of`, pickled with its long strings as spans of
+    ``body`` (:mod:`proxy.core.bodyrefs`)."""
+    return bodyrefs.dumps(_reply_of(api, body), body)
+
+
+def _parse_elsewhere(api: str, body: bytes) -> Future[bytes] | None:
     """A large reply parsed in the request path's worker process (a future of the
-    worker's, done as soon as the worker is: a drain that comes after it uses it);
-    ``None`` for a small one, outside an event loop, or when no worker can run."""
+    worker's, done as soon as the worker is: a drain that comes after it uses it,
+    :func:`proxy.core.bodyrefs.loads` with the same ``body``); ``None`` for a small
+    one, outside an event loop, or when no worker can run."""
     if len(body) < OFFLOAD_BYTES:
         return None
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return None
-    return offload.submit(_reply_of, api, body)
+    return offload.submit(_reply_elsewhere, api, body)

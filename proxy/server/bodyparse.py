@@ -11,13 +11,15 @@ first time, the new tail of one extending a cached body) is at least
 the worker, stay on the loop as before. The worker also digests the new messages
 that have a long text (hashing 10 MB is ~16 ms), and the gate, building the same
 messages from the same text objects, finds their digests made
-(:func:`proxy.core.messages.remember_digests`).
+(:func:`proxy.core.messages.remember_digests`). The long strings of what it decoded come
+back as spans of the body the loop holds (:mod:`proxy.core.bodyrefs`), not pickled.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from proxy.core import bodyrefs
 from proxy.core.jsonbody import BodyCache, Decoded, decode_part
 from proxy.core.messages import Message, from_any, has_long_text, remember_digests
 from proxy.state import offload
@@ -36,9 +38,10 @@ async def loads(cache: BodyCache, raw: bytes, scope: str) -> Any:
     if plan.pending < OFFLOAD_BYTES:
         return cache.loads(raw, scope)
     key = plan.base.key if plan.base is not None else "messages"
-    done = await offload.run(_decode, *plan.part(), key)
+    data, b, mode = plan.part()
+    done = await _decoded(data, b, mode, key)
     if done is not None and done[0][0] == "bail":  # the tail is unusual: json.loads decides
-        done = await offload.run(_decode, raw, 0, "loads", key)
+        done = await _decoded(raw, 0, "loads", key)
     if done is None:  # no worker: decode here
         return cache.loads(raw, scope)
     decoded, digested = done
@@ -46,10 +49,17 @@ async def loads(cache: BodyCache, raw: bytes, scope: str) -> Any:
     return cache.finish(plan, decoded)
 
 
-def _decode(data: bytes, b: int, mode: str, key: str) -> tuple[Decoded, tuple[Message, ...]]:
+async def _decoded(data: bytes, b: int, mode: str, key: str) -> tuple[Decoded, tuple[Message, ...]] | None:
+    """:func:`_decode` in the worker (``None``: no worker); its long strings made here
+    from ``data`` (:mod:`proxy.core.bodyrefs`)."""
+    pickled = await offload.run(_decode, data, b, mode, key)
+    return None if pickled is None else bodyrefs.loads(pickled, data)
+
+
+def _decode(data: bytes, b: int, mode: str, key: str) -> bytes:
     """In the worker: :func:`decode_part`, and the new messages (of the array ``key``)
     with a long text as the gate will build them (their texts the very objects of the
-    decoded value: one pickle carries both)."""
+    decoded value: one pickle carries both, its long strings as spans of ``data``)."""
     decoded = decode_part(data, b, mode)
     how, what = decoded
     items: Any = None
@@ -67,4 +77,4 @@ def _decode(data: bytes, b: int, mode: str, key: str) -> tuple[Decoded, tuple[Me
             digested = tuple(m for m in msgs if has_long_text(m))
         except Exception:  # noqa: BLE001 - not a message history: nothing digested ahead
             digested = ()
-    return decoded, digested
+    return bodyrefs.dumps((decoded, digested), data)

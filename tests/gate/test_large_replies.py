@@ -55,7 +55,7 @@ async def test_another_tenants_request_does_not_wait_for_a_large_reply_nor_force
         assert other is not None and other.conversation_id != obs.conversation_id
     await asyncio.sleep(0.05)
     assert rec.timeline[-1].status == "pending"  # still waiting for the worker
-    fut.set_result(replytap._reply_of("chat", raw))  # what the worker hands back
+    fut.set_result(replytap._reply_elsewhere("chat", raw))  # what the worker hands back
     await asyncio.sleep(0.05)
     assert rec.timeline[-1].status == "ok"
     hist = await t.history(obs.conversation_id)

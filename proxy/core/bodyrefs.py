@@ -1,0 +1,77 @@
+"""Pickling what was decoded from a body without its long strings (no I/O).
+
+A worker process that decodes a 10 MB JSON body (``proxy.server.bodyparse``) or reply
+(``proxy.gate.replytap``) sends back what it decoded; pickled whole, that is the 10 MB
+text again: ~50 ms of pickling in the worker, a pipe of 10 MB, and an unpickling that
+holds the server's GIL — and so its event loop — in one C call. The server holds the
+body already. :func:`dumps` therefore sends every long string whose UTF-8 bytes appear
+verbatim in the body (no JSON escape in it: base64, most long unbroken runs) as a
+reference to that span, and :func:`loads` makes it from the body again (one UTF-8 decode,
+no JSON). A string that occurs in the value several times, as one object, comes back
+as one object (the digests computed ahead rely on it,
+:func:`proxy.core.messages.remember_digests`). Any other string is pickled as usual:
+the result is equal to the value either way.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+__all__ = ["MIN_CHARS", "dumps", "loads"]
+
+#: Strings from this many characters on travel as a span of the body when they can.
+MIN_CHARS = 1 << 16
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, body: bytes) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.body = body
+        self.spans: dict[int, tuple[int, int] | None] = {}
+        self.keep: list[str] = []  # the strings looked up: their ids stay theirs
+
+    def persistent_id(self, obj: Any) -> tuple[int, int] | None:
+        if type(obj) is not str or len(obj) < MIN_CHARS:
+            return None
+        key = id(obj)
+        if key not in self.spans:
+            self.keep.append(obj)
+            self.spans[key] = _span(obj, self.body)
+        return self.spans[key]
+
+
+def _span(text: str, body: bytes) -> tuple[int, int] | None:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: only ever written as an escape
+        return None
+    at = body.find(data)
+    return None if at < 0 else (at, at + len(data))
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, body: bytes) -> None:
+        super().__init__(file)
+        self.body = body
+        self.made: dict[tuple[int, int], str] = {}
+
+    def persistent_load(self, pid: Any) -> str:
+        start, end = pid
+        text = self.made.get((start, end))
+        if text is None:
+            text = self.made[(start, end)] = self.body[start:end].decode("utf-8")
+        return text
+
+
+def dumps(value: Any, body: bytes) -> bytes:
+    """``value`` pickled, its long strings found verbatim in ``body`` as spans of it."""
+    buf = io.BytesIO()
+    _Pickler(buf, body).dump(value)
+    return buf.getvalue()
+
+
+def loads(data: bytes, body: bytes) -> Any:
+    """What :func:`dumps` pickled, its spans made from the same ``body``."""
+    return _Unpickler(io.BytesIO(data), body).load()
