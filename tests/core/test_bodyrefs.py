@@ -60,3 +60,14 @@ def test_any_decoded_body_comes_back_equal(value: object, ascii_only: bool) -> N
     body = json.dumps(value, ensure_ascii=ascii_only).encode()
     decoded = json.loads(body)
     assert bodyrefs.loads(bodyrefs.dumps(decoded, body), body) == decoded
+
+
+def test_a_body_of_near_misses_costs_bounded_comparisons_and_still_comes_back_equal() -> None:
+    run = "a" * (4 * LONG)
+    near = "a" * (2 * LONG) + "b"  # its head matches all along the run, its whole nowhere in it
+    body = json.dumps([run, near]).encode()
+    value = json.loads(body)
+    assert bodyrefs._span(run, body) is not None
+    # its first candidates all lie in the run: given up after a bounded number, pickled
+    assert bodyrefs._span(near, body) is None
+    assert bodyrefs.loads(bodyrefs.dumps(value, body), body) == value
