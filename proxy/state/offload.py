@@ -69,7 +69,7 @@ class _Worker:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_worker_init,
-                    initargs=(_target_nice(self.nice),),
+                    initargs=(_target_nice(self.nice), os.getpid()),
                 )
             return self._pool
 
@@ -125,16 +125,16 @@ def lower_priority(nice: int = BACKGROUND_NICE) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
 
 
-def _worker_init(nice: int) -> None:
+def _worker_init(nice: int, server: int) -> None:
     """In the worker: its lower priority (``nice``, absolute: the server may have set it
-    already), and an exit as soon as the server is gone (a server killed by a signal
-    leaves no worker behind)."""
+    already), and an exit as soon as the ``server`` process is gone (a server killed by
+    a signal leaves no worker behind — also one killed while this worker was still
+    importing, before this ran: then the worker's parent is another process already)."""
     with contextlib.suppress(OSError):  # not permitted: run at the same priority
         os.setpriority(os.PRIO_PROCESS, 0, nice)
-    parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == server:
             time.sleep(0.5)
         os._exit(0)
 

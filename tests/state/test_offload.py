@@ -41,3 +41,33 @@ def test_prestart_starts_both_workers_at_their_lower_priority() -> None:
         assert worker.submit(offload._ready).result(timeout=60) is True
         assert _worker_pids(worker) == pids  # the one process, reused
         assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, base + nice)}
+
+
+def test_a_worker_whose_server_is_gone_before_its_initializer_ran_exits() -> None:
+    """A server killed while its prestarted worker was still importing: by the time the
+    worker's initializer runs its parent is another process, and it must still exit
+    (it held the server's stderr open: a supervisor reading it to EOF hung)."""
+    import multiprocessing
+    import os
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    import pytest
+
+    def pool(server: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=offload._worker_init,
+                                   initargs=(os.getpriority(os.PRIO_PROCESS, 0), server))
+
+    alive = pool(os.getpid())  # control: its server is this process, it works
+    try:
+        assert alive.submit(abs, -7).result(timeout=50) == 7
+    finally:
+        alive.shutdown(wait=True)
+    orphan = pool(os.getpid() + 1)  # not this worker's parent: as if its server had died
+    try:
+        with pytest.raises(BrokenProcessPool):
+            orphan.submit(time.sleep, 60).result(timeout=50)
+    finally:
+        orphan.shutdown(wait=False, cancel_futures=True)
