@@ -1,0 +1,45 @@
+"""The compact multimap behind the lineage postings behaves as a dict of sets."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core.postings import SPILL, Postings
+
+# keys crowded into a few buckets (same low bits), negative ones, and keys whose packed
+# bytes overlap others' at an unaligned offset
+_keys = st.sampled_from([0, 1, 4096, 8192, -4096, -1, 2**63 - 1, -(2**63), 0x0101010101010101, 0x0101010101010101 << 8])
+_values = st.integers(0, SPILL + 8)
+_ops = st.lists(st.tuples(st.booleans(), _keys, _values), max_size=300)
+
+
+@settings(max_examples=300)
+@given(_ops)
+def test_it_holds_what_a_dict_of_sets_holds(ops: list[tuple[bool, int, int]]) -> None:
+    p = Postings()
+    model: dict[int, set[int]] = {}
+    for add, key, value in ops:
+        if add:
+            assert p.add(key, value) == (value not in model.get(key, set()))
+            model.setdefault(key, set()).add(value)
+        else:
+            p.discard(key, value)
+            model.get(key, set()).discard(value)
+        assert len(p) == sum(map(len, model.values()))
+    for key in {k for _, k, _ in ops}:
+        assert sorted(p.get(key)) == sorted(model.get(key, ()))
+    expected = sorted((k % 2**64, v) for k, vs in model.items() for v in vs)
+    assert sorted(p.items()) == expected
+
+
+def test_a_widely_shared_key_leaves_its_bucket_and_comes_back_empty() -> None:
+    p = Postings()
+    for v in range(3 * SPILL):
+        assert p.add(7, v)
+        assert p.add(7 + 4096, v)  # same bucket, another key
+    assert sorted(p.get(7)) == list(range(3 * SPILL)) and len(p.get(7 + 4096)) == 3 * SPILL
+    for v in range(3 * SPILL):
+        p.discard(7, v)
+    assert list(p.get(7)) == [] and len(p) == 3 * SPILL
+    assert p.add(7, 1) and list(p.get(7)) == [1]
