@@ -312,9 +312,8 @@ class LineageIndex:
                 new_set, old_set = set(h.digests), set(old.digests)
                 added, removed = new_set - old_set, old_set - new_set
         num = self._number(cid)
-        post, unpost = ns.postings.add, ns.postings.discard
-        for d in added:
-            post(hash(d), num)
+        ns.postings.add_all(map(hash, added), num)
+        unpost = ns.postings.discard
         for d in removed:
             unpost(hash(d), num)
         if old is None or old.system_hash != h.system_hash:
@@ -339,11 +338,7 @@ class LineageIndex:
         mine = self._conv_lines.get(conversation_id)
         if mine is None:
             mine = self._conv_lines[conversation_id] = array("q")
-        num = self._num[conversation_id]
-        post = ns.lines.add
-        for fp in fingerprints:
-            if post(fp, num):
-                mine.append(fp)
+        mine.extend(ns.lines.add_all(fingerprints, self._num[conversation_id]))
 
     def remove(self, conversation_id: str) -> None:
         h = self._hist.pop(conversation_id, None)

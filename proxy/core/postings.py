@@ -2,160 +2,184 @@
 
 The lineage index keeps one posting per tracked message digest and per indexed text
 line: millions of entries once thousands of conversations are tracked. As a ``dict`` of
-keys to conversation ids each entry costs 60–100 bytes (its slot, its share of a table
-that doubles, the key object); here an entry is 12 bytes — its key packed into a
-``bytearray`` and its value into an ``array('i')`` — in one of a bounded number of
-buckets chosen by the key's low bits, each searched with C-level ``bytearray.find``.
+keys to conversation ids each entry costs 40–100 bytes (its slot, its share of a table
+that doubles, the key object); here an entry is a 12-byte record (the key, then the
+value) in a ``bytearray`` bucket chosen by the key's low bits, searched with C-level
+``bytearray.find``.
 
-- Keys are any integers (taken modulo 2**64: Python string hashes, so an index built from
-  them lives as long as the process); values are non-negative ints below 2**31 (the
-  index numbers its conversations).
+- Keys are any integers, taken modulo 2**64 (Python string hashes: an index built from
+  them lives as long as the process); values are ints in ``[0, 2**32)`` (the index
+  numbers its conversations).
 - A key holds each value once (adding it again is a no-op), as a set would.
 - A key held with more than :data:`SPILL` values (a system prompt every conversation
   shares, an "ok") moves to an ordinary ``set`` of its own, so no bucket search walks it.
-- Growing never rebuilds a table: a bucket's arrays grow by appending, so no insertion
-  pauses for a rehash of everything.
+- Buckets are split one at a time as entries arrive (linear hashing: about
+  :data:`LOAD` entries a bucket), so no insertion pauses to rehash everything, and a
+  search reads a couple of hundred bytes whatever the size.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
-__all__ = ["SPILL", "Postings"]
+__all__ = ["LOAD", "SPILL", "Postings"]
 
-#: Buckets (by the key's low bits): ~250 bytes of fixed cost each once used.
-_BUCKET_BITS = 12
-_BUCKET_MASK = (1 << _BUCKET_BITS) - 1
 _KEY_MASK = (1 << 64) - 1
+#: Bytes of one record: the key (8, little-endian), then the value (4).
+_REC = 12
+#: Entries a bucket holds on average before one more bucket is split off.
+LOAD = 32
 #: Values beyond which a key leaves its bucket for a set of its own.
 SPILL = 16
-
-
-def _packed(key: int) -> bytes:
-    return (key & _KEY_MASK).to_bytes(8, "little")
 
 
 class Postings:
     """``key → {value, ...}``, compact (see the module docstring)."""
 
-    __slots__ = ("_buckets", "_many", "_size")
+    __slots__ = ("_buckets", "_flat", "_level", "_many", "_size", "_split")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, tuple[bytearray, array[int]]] = {}
+        #: ``2**_level + _split`` buckets; bucket ``b < _split`` was split at this level
+        self._buckets: list[bytearray] = [bytearray()]
+        self._level = 0
+        self._split = 0
         self._many: dict[int, set[int]] = {}
-        #: (key, value) pairs held
+        #: (key, value) pairs held, and those of them in buckets
         self._size = 0
+        self._flat = 0
 
     def __len__(self) -> int:
         return self._size
 
+    def _bucket(self, k: int) -> bytearray:
+        b = k & ((1 << self._level) - 1)
+        if b < self._split:
+            b = k & ((2 << self._level) - 1)
+        return self._buckets[b]
+
     def add(self, key: int, value: int) -> bool:
         """Hold ``value`` under ``key``; ``False`` when it already was."""
-        many = self._many.get(key) if self._many else None
-        if many is not None:
-            if value in many:
-                return False
-            many.add(value)
+        return bool(self.add_all((key,), value))
+
+    def add_all(self, keys: Iterable[int], value: int) -> list[int]:
+        """Hold ``value`` under each of ``keys``; the keys it was not held under yet."""
+        out: list[int] = []
+        many_of = self._many
+        buckets = self._buckets
+        tail = value.to_bytes(4, "little")
+        low = (1 << self._level) - 1
+        split = self._split
+        for key in keys:
+            k = key & _KEY_MASK
+            many = many_of.get(k) if many_of else None
+            if many is not None:
+                if value not in many:
+                    many.add(value)
+                    self._size += 1
+                    out.append(key)
+                continue
+            b = k & low
+            if b < split:
+                b = k & (2 * low + 1)
+            bucket = buckets[b]
+            packed = k.to_bytes(8, "little")
+            at = bucket.find(packed)
+            if at >= 0:
+                held = 0
+                while at >= 0:
+                    if not at % _REC:
+                        if bucket[at + 8 : at + _REC] == tail:
+                            break
+                        held += 1
+                    at = bucket.find(packed, at + 1)
+                if at >= 0:  # held already
+                    continue
+                if held >= SPILL:
+                    many_of[k] = {*self._take(bucket, packed), value}
+                    self._size += 1
+                    out.append(key)
+                    continue
+            bucket += packed + tail
             self._size += 1
-            return True
-        b = key & _BUCKET_MASK
-        packed = _packed(key)
-        bucket = self._buckets.get(b)
-        if bucket is None:
-            self._buckets[b] = (bytearray(packed), array("i", (value,)))
-            self._size += 1
-            return True
-        keys, values = bucket
-        at = keys.find(packed)
-        held = 0
-        while at >= 0:
-            if not at & 7:
-                if values[at >> 3] == value:
-                    return False
-                held += 1
-            at = keys.find(packed, at + 1)
-        self._size += 1
-        if held >= SPILL:
-            self._many[key] = {*self._take(bucket, b, packed), value}
-            return True
-        keys += packed
-        values.append(value)
-        return True
+            self._flat += 1
+            out.append(key)
+            if self._flat > LOAD * len(buckets):
+                self._grow()
+                low, split = (1 << self._level) - 1, self._split
+        return out
 
     def discard(self, key: int, value: int) -> None:
         """Drop ``value`` from ``key`` (nothing when it is not held)."""
-        many = self._many.get(key) if self._many else None
+        k = key & _KEY_MASK
+        many = self._many.get(k) if self._many else None
         if many is not None:
             if value in many:
                 many.discard(value)
                 self._size -= 1
                 if not many:
-                    del self._many[key]
+                    del self._many[k]
             return
-        b = key & _BUCKET_MASK
-        bucket = self._buckets.get(b)
-        if bucket is None:
-            return
-        keys, values = bucket
-        packed = _packed(key)
-        at = keys.find(packed)
+        bucket = self._bucket(k)
+        packed = k.to_bytes(8, "little")
+        at = bucket.find(packed)
         while at >= 0:
-            if not at & 7 and values[at >> 3] == value:
+            if not at % _REC and int.from_bytes(bucket[at + 8 : at + _REC], "little") == value:
+                bucket[at : at + _REC] = bucket[-_REC:]  # the last record takes its place
+                del bucket[-_REC:]
                 self._size -= 1
-                last = len(values) - 1
-                if last == 0:
-                    del self._buckets[b]
-                    return
-                i = at >> 3
-                keys[at : at + 8] = keys[-8:]  # the last entry takes the freed place
-                del keys[-8:]
-                values[i] = values[last]
-                values.pop()
+                self._flat -= 1
                 return
-            at = keys.find(packed, at + 1)
+            at = bucket.find(packed, at + 1)
 
     def get(self, key: int) -> Collection[int]:
         """The values held under ``key`` (empty when none)."""
-        many = self._many.get(key) if self._many else None
+        k = key & _KEY_MASK
+        many = self._many.get(k) if self._many else None
         if many is not None:
             return many
-        bucket = self._buckets.get(key & _BUCKET_MASK)
-        if bucket is None:
-            return ()
-        keys, values = bucket
-        packed = _packed(key)
-        at = keys.find(packed)
+        bucket = self._bucket(k)
+        packed = k.to_bytes(8, "little")
+        at = bucket.find(packed)
         if at < 0:
             return ()
         out = []
         while at >= 0:
-            if not at & 7:
-                out.append(values[at >> 3])
-            at = keys.find(packed, at + 1)
+            if not at % _REC:
+                out.append(int.from_bytes(bucket[at + 8 : at + _REC], "little"))
+            at = bucket.find(packed, at + 1)
         return out
 
-    def _take(self, bucket: tuple[bytearray, array[int]], b: int, packed: bytes) -> list[int]:
-        """Remove every entry of one key from its bucket; their values."""
-        keys, values = bucket
-        kept_keys, kept_values, taken = bytearray(), array("i"), []
-        for i, v in enumerate(values):
-            if keys[8 * i : 8 * i + 8] == packed:
-                taken.append(v)
+    def _take(self, bucket: bytearray, packed: bytes) -> list[int]:
+        """Remove every record of one key from its bucket; their values."""
+        kept, taken = bytearray(), []
+        for at in range(0, len(bucket), _REC):
+            if bucket[at : at + 8] == packed:
+                taken.append(int.from_bytes(bucket[at + 8 : at + _REC], "little"))
             else:
-                kept_keys += keys[8 * i : 8 * i + 8]
-                kept_values.append(v)
-        if kept_values:
-            self._buckets[b] = (kept_keys, kept_values)
-        else:
-            del self._buckets[b]
+                kept += bucket[at : at + _REC]
+        bucket[:] = kept
+        self._flat -= len(taken)
         return taken
+
+    def _grow(self) -> None:
+        """Split bucket ``_split`` in two by the next bit of the key."""
+        level, s = self._level, self._split
+        old = self._buckets[s]
+        byte, bit = level >> 3, 1 << (level & 7)
+        stay, move = bytearray(), bytearray()
+        for at in range(0, len(old), _REC):
+            (move if old[at + byte] & bit else stay).extend(old[at : at + _REC])
+        self._buckets[s] = stay
+        self._buckets.append(move)  # index 2**level + s
+        self._split += 1
+        if self._split == 1 << level:
+            self._level, self._split = level + 1, 0
 
     def items(self) -> Iterator[tuple[int, int]]:
         """Every ``(key, value)`` held (keys modulo 2**64), in no particular order."""
-        for keys, values in self._buckets.values():
-            for i, v in enumerate(values):
-                yield int.from_bytes(keys[8 * i : 8 * i + 8], "little"), v
+        for bucket in self._buckets:
+            for at in range(0, len(bucket), _REC):
+                yield int.from_bytes(bucket[at : at + 8], "little"), int.from_bytes(bucket[at + 8 : at + _REC], "little")
         for key, many in self._many.items():
             for v in many:
-                yield key & _KEY_MASK, v
+                yield key, v

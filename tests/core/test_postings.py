@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.postings import SPILL, Postings
+from proxy.core.postings import LOAD, SPILL, Postings
 
 # keys crowded into a few buckets (same low bits), negative ones, and keys whose packed
 # bytes overlap others' at an unaligned offset
@@ -43,3 +45,22 @@ def test_a_widely_shared_key_leaves_its_bucket_and_comes_back_empty() -> None:
         p.discard(7, v)
     assert list(p.get(7)) == [] and len(p) == 3 * SPILL
     assert p.add(7, 1) and list(p.get(7)) == [1]
+
+
+def test_it_keeps_every_entry_while_buckets_split() -> None:
+    rng = random.Random(7)
+    p = Postings()
+    model: dict[int, set[int]] = {}
+    for i in range(20 * LOAD * 64):
+        key = rng.getrandbits(64) if i % 3 else rng.choice([*model] or [0])  # some repeated keys
+        value = rng.randrange(1 << 32)
+        p.add(key, value)
+        model.setdefault(key, set()).add(value)
+    assert len(p._buckets) > 64  # it grew
+    for key, values in model.items():
+        assert set(p.get(key)) == values
+    for key in list(model)[::2]:
+        for v in model.pop(key):
+            p.discard(key, v)
+    assert len(p) == sum(map(len, model.values()))
+    assert sorted(p.items()) == sorted((k, v) for k, vs in model.items() for v in vs)
