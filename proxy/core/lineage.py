@@ -297,8 +297,10 @@ class LineageIndex:
             old = None
         added: Iterable[str]
         removed: Iterable[str] = ()
+        num = self._number(cid)
         if old is None:
-            added = set(h.digests)
+            ns.postings.extend_new(map(hash, set(h.digests)), num)  # a new number: no search
+            added = ()
         else:
             # usually a few messages replaced at the end (a reply the client did not
             # resend, a new turn): work on the differing tails, scanning the new history
@@ -311,8 +313,8 @@ class LineageIndex:
             else:
                 new_set, old_set = set(h.digests), set(old.digests)
                 added, removed = new_set - old_set, old_set - new_set
-        num = self._number(cid)
-        ns.postings.add_all(map(hash, added), num)
+        if added:
+            ns.postings.add_all(map(hash, added), num)
         unpost = ns.postings.discard
         for d in removed:
             unpost(hash(d), num)
@@ -338,7 +340,13 @@ class LineageIndex:
         mine = self._conv_lines.get(conversation_id)
         if mine is None:
             mine = self._conv_lines[conversation_id] = array("q")
-        mine.extend(ns.lines.add_all(fingerprints, self._num[conversation_id]))
+        num = self._num[conversation_id]
+        if mine:
+            mine.extend(ns.lines.add_all(fingerprints, num))
+        else:  # its first lines: none is held for it yet, no search
+            fresh = dict.fromkeys(fingerprints)
+            ns.lines.extend_new(fresh, num)
+            mine.extend(fresh)
 
     def remove(self, conversation_id: str) -> None:
         h = self._hist.pop(conversation_id, None)

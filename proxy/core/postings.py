@@ -62,20 +62,24 @@ class Postings:
         return bool(self.add_all((key,), value))
 
     def add_all(self, keys: Iterable[int], value: int) -> list[int]:
-        """Hold ``value`` under each of ``keys``; the keys it was not held under yet."""
+        """Hold ``value`` under each of ``keys``; the keys it was not held under yet.
+        (The hot path of a first-seen history: one ``find`` per key, counters kept in
+        locals.)"""
         out: list[int] = []
         many_of = self._many
         buckets = self._buckets
         tail = value.to_bytes(4, "little")
         low = (1 << self._level) - 1
         split = self._split
+        flat, limit = self._flat, LOAD * len(buckets)
+        added = 0
         for key in keys:
             k = key & _KEY_MASK
-            many = many_of.get(k) if many_of else None
-            if many is not None:
+            if many_of and k in many_of:
+                many = many_of[k]
                 if value not in many:
                     many.add(value)
-                    self._size += 1
+                    added += 1
                     out.append(key)
                 continue
             b = k & low
@@ -95,18 +99,59 @@ class Postings:
                 if at >= 0:  # held already
                     continue
                 if held >= SPILL:
+                    self._flat = flat
                     many_of[k] = {*self._take(bucket, packed), value}
-                    self._size += 1
+                    flat = self._flat
+                    added += 1
                     out.append(key)
                     continue
-            bucket += packed + tail
-            self._size += 1
-            self._flat += 1
+            bucket += packed
+            bucket += tail
+            flat += 1
+            added += 1
             out.append(key)
-            if self._flat > LOAD * len(buckets):
+            if flat > limit:
+                self._flat = flat
                 self._grow()
                 low, split = (1 << self._level) - 1, self._split
+                limit = LOAD * len(buckets)
+        self._flat = flat
+        self._size += added
         return out
+
+    def extend_new(self, keys: Iterable[int], value: int) -> None:
+        """Hold ``value`` under each of ``keys``, which must be distinct and not hold it
+        yet (a conversation the index has just numbered): no search, only appends. A key
+        this leaves with more than :data:`SPILL` values moves to its own set at its next
+        :meth:`add_all`."""
+        many_of = self._many
+        buckets = self._buckets
+        tail = value.to_bytes(4, "little")
+        low = (1 << self._level) - 1
+        split = self._split
+        flat, limit = self._flat, LOAD * len(buckets)
+        added = 0
+        for key in keys:
+            k = key & _KEY_MASK
+            if many_of and k in many_of:
+                many_of[k].add(value)
+                added += 1
+                continue
+            b = k & low
+            if b < split:
+                b = k & (2 * low + 1)
+            bucket = buckets[b]
+            bucket += k.to_bytes(8, "little")
+            bucket += tail
+            flat += 1
+            added += 1
+            if flat > limit:
+                self._flat = flat
+                self._grow()
+                low, split = (1 << self._level) - 1, self._split
+                limit = LOAD * len(buckets)
+        self._flat = flat
+        self._size += added
 
     def discard(self, key: int, value: int) -> None:
         """Drop ``value`` from ``key`` (nothing when it is not held)."""

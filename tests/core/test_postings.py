@@ -64,3 +64,25 @@ def test_it_keeps_every_entry_while_buckets_split() -> None:
             p.discard(key, v)
     assert len(p) == sum(map(len, model.values()))
     assert sorted(p.items()) == sorted((k, v) for k, vs in model.items() for v in vs)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(_keys, unique=True), max_size=8), _ops)
+def test_new_values_appended_unsearched_behave_as_added(fresh: list[list[int]], ops: list[tuple[bool, int, int]]) -> None:
+    """``extend_new`` (distinct keys, a value none of them holds) then any adds and
+    discards: the same as a dict of sets, a widely shared key spilling on its next add."""
+    p = Postings()
+    model: dict[int, set[int]] = {}
+    for value, keys in enumerate(fresh, start=100):
+        p.extend_new(keys, value)
+        for k in keys:
+            model.setdefault(k, set()).add(value)
+    for add, key, value in ops:
+        if add:
+            assert p.add(key, value) == (value not in model.get(key, set()))
+            model.setdefault(key, set()).add(value)
+        else:
+            p.discard(key, value)
+            model.get(key, set()).discard(value)
+    assert len(p) == sum(map(len, model.values()))
+    assert sorted(p.items()) == sorted((k % 2**64, v) for k, vs in model.items() for v in vs)
