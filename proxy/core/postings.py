@@ -62,9 +62,19 @@ class Postings:
         return bool(self.add_all((key,), value))
 
     def add_all(self, keys: Iterable[int], value: int) -> list[int]:
-        """Hold ``value`` under each of ``keys``; the keys it was not held under yet.
-        (The hot path of a first-seen history: one ``find`` per key, counters kept in
-        locals.)"""
+        """Hold ``value`` under each of ``keys``; the keys it was not held under yet."""
+        return self._insert(keys, value, True)
+
+    def extend_new(self, keys: Iterable[int], value: int) -> None:
+        """Hold ``value`` under each of ``keys``, which must be distinct and not hold it
+        yet (a conversation the index has just numbered): no search, only appends. A key
+        this leaves with more than :data:`SPILL` values moves to its own set at its next
+        :meth:`add_all`."""
+        self._insert(keys, value, False)
+
+    def _insert(self, keys: Iterable[int], value: int, search: bool) -> list[int]:
+        """The hot path of a first-seen history: at most one ``find`` per key, the
+        counters in locals."""
         out: list[int] = []
         many_of = self._many
         buckets = self._buckets
@@ -87,7 +97,7 @@ class Postings:
                 b = k & (2 * low + 1)
             bucket = buckets[b]
             packed = k.to_bytes(8, "little")
-            at = bucket.find(packed)
+            at = bucket.find(packed) if search else -1
             if at >= 0:
                 held = 0
                 while at >= 0:
@@ -118,40 +128,6 @@ class Postings:
         self._flat = flat
         self._size += added
         return out
-
-    def extend_new(self, keys: Iterable[int], value: int) -> None:
-        """Hold ``value`` under each of ``keys``, which must be distinct and not hold it
-        yet (a conversation the index has just numbered): no search, only appends. A key
-        this leaves with more than :data:`SPILL` values moves to its own set at its next
-        :meth:`add_all`."""
-        many_of = self._many
-        buckets = self._buckets
-        tail = value.to_bytes(4, "little")
-        low = (1 << self._level) - 1
-        split = self._split
-        flat, limit = self._flat, LOAD * len(buckets)
-        added = 0
-        for key in keys:
-            k = key & _KEY_MASK
-            if many_of and k in many_of:
-                many_of[k].add(value)
-                added += 1
-                continue
-            b = k & low
-            if b < split:
-                b = k & (2 * low + 1)
-            bucket = buckets[b]
-            bucket += k.to_bytes(8, "little")
-            bucket += tail
-            flat += 1
-            added += 1
-            if flat > limit:
-                self._flat = flat
-                self._grow()
-                low, split = (1 << self._level) - 1, self._split
-                limit = LOAD * len(buckets)
-        self._flat = flat
-        self._size += added
 
     def discard(self, key: int, value: int) -> None:
         """Drop ``value`` from ``key`` (nothing when it is not held)."""

@@ -16,11 +16,8 @@ _values = st.integers(0, SPILL + 8)
 _ops = st.lists(st.tuples(st.booleans(), _keys, _values), max_size=300)
 
 
-@settings(max_examples=300)
-@given(_ops)
-def test_it_holds_what_a_dict_of_sets_holds(ops: list[tuple[bool, int, int]]) -> None:
-    p = Postings()
-    model: dict[int, set[int]] = {}
+def _replay(p: Postings, model: dict[int, set[int]], ops: list[tuple[bool, int, int]]) -> None:
+    """Apply ``ops`` to both, checking every answer and the size after each."""
     for add, key, value in ops:
         if add:
             assert p.add(key, value) == (value not in model.get(key, set()))
@@ -29,6 +26,14 @@ def test_it_holds_what_a_dict_of_sets_holds(ops: list[tuple[bool, int, int]]) ->
             p.discard(key, value)
             model.get(key, set()).discard(value)
         assert len(p) == sum(map(len, model.values()))
+
+
+@settings(max_examples=300)
+@given(_ops)
+def test_it_holds_what_a_dict_of_sets_holds(ops: list[tuple[bool, int, int]]) -> None:
+    p = Postings()
+    model: dict[int, set[int]] = {}
+    _replay(p, model, ops)
     for key in {k for _, k, _ in ops}:
         assert sorted(p.get(key)) == sorted(model.get(key, ()))
     expected = sorted((k % 2**64, v) for k, vs in model.items() for v in vs)
@@ -77,12 +82,5 @@ def test_new_values_appended_unsearched_behave_as_added(fresh: list[list[int]], 
         p.extend_new(keys, value)
         for k in keys:
             model.setdefault(k, set()).add(value)
-    for add, key, value in ops:
-        if add:
-            assert p.add(key, value) == (value not in model.get(key, set()))
-            model.setdefault(key, set()).add(value)
-        else:
-            p.discard(key, value)
-            model.get(key, set()).discard(value)
-    assert len(p) == sum(map(len, model.values()))
+    _replay(p, model, ops)
     assert sorted(p.items()) == sorted((k % 2**64, v) for k, vs in model.items() for v in vs)
