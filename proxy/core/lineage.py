@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .postings import Postings
 from .prefix import common_prefix
 
 __all__ = [
@@ -198,51 +199,13 @@ def line_fingerprints(text: str, min_len: int = 12, max_lines: int | None = None
 # --------------------------------------------------------------------------- the index
 
 
-#: A posting: the one conversation that holds a key (most keys: a plain id, no set per
-#: key), or the set of them.
-Posting = str | set[str]
-
-
-def _post(d: dict[Any, Posting], key: object, cid: str) -> None:
-    cur = d.get(key)
-    if cur is None:
-        d[key] = cid
-    elif cur.__class__ is str:
-        if cur != cid:
-            d[key] = {cur, cid}
-    else:
-        cur.add(cid)  # type: ignore[union-attr]
-
-
-def _unpost(d: dict[Any, Posting], key: object, cid: str) -> None:
-    cur = d.get(key)
-    if cur is None:
-        return
-    if cur.__class__ is str:
-        if cur == cid:
-            del d[key]
-        return
-    cur.discard(cid)  # type: ignore[union-attr]
-    if len(cur) == 1:
-        d[key] = next(iter(cur))
-    elif not cur:
-        del d[key]
-
-
-def _ids(p: Posting) -> Iterable[str]:
-    return (p,) if p.__class__ is str else p
-
-
-def _posts(p: Posting, cid: str) -> bool:
-    return p == cid if p.__class__ is str else cid in p
-
-
 @dataclass
 class _NsIndex:
-    #: digest → the conversations whose history holds it; line fingerprint → the
-    #: conversations that showed that line (:data:`Posting`: memory per tracked message)
-    postings: dict[str, Posting] = field(default_factory=dict)
-    lines: dict[int, Posting] = field(default_factory=dict)
+    #: hash of a digest → the conversations (by number) whose history holds it; line
+    #: fingerprint → the conversations that showed that line (compact: these hold an
+    #: entry per tracked message, :mod:`proxy.core.postings`)
+    postings: Postings = field(default_factory=Postings)
+    lines: Postings = field(default_factory=Postings)
     by_system: dict[str, set[str]] = field(default_factory=dict)
     #: first (up to) two digests of a conversation's last request → conversations
     heads: dict[tuple[str, ...], set[str]] = field(default_factory=dict)
@@ -256,7 +219,10 @@ class LineageIndex:
     """Known histories with digest → conversation postings, per namespace.
 
     Plain in-memory data with no I/O; the tracker owns one and mutates it only through
-    :meth:`upsert`, :meth:`add_lines` and :meth:`remove`.
+    :meth:`upsert`, :meth:`add_lines` and :meth:`remove`. Postings hold conversations
+    by a number of the index's own (reused once a conversation is removed) and digests
+    by their string hash: a hash shared by two digests only adds a candidate, which is
+    then compared digest by digest.
     """
 
     def __init__(self) -> None:
@@ -264,6 +230,10 @@ class LineageIndex:
         self._ns: dict[str, _NsIndex] = {}
         #: per conversation, the line fingerprints it added (each once; for remove())
         self._conv_lines: dict[str, array[int]] = {}
+        #: conversation id ↔ number (postings hold numbers: 4 bytes, not an object)
+        self._num: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._free: list[int] = []
 
     def __len__(self) -> int:
         return len(self._hist)
@@ -281,11 +251,38 @@ class LineageIndex:
         h = self._hist.get(conversation_id)
         return h.namespace if h else None
 
+    def postings_of(self, namespace: str) -> dict[str, dict[int, frozenset[str]]]:
+        """The namespace's postings and line postings as plain data (for checks)."""
+        ns = self._ns.get(namespace)
+        out: dict[str, dict[int, frozenset[str]]] = {}
+        for name in ("postings", "lines"):
+            acc: dict[int, set[str]] = {}
+            for key, n in (getattr(ns, name).items() if ns is not None else ()):
+                acc.setdefault(key, set()).add(self._ids[n])
+            out[name] = {k: frozenset(v) for k, v in acc.items()}
+        return out
+
     def _ns_of(self, namespace: str) -> _NsIndex:
         ns = self._ns.get(namespace)
         if ns is None:  # not setdefault(): that would build an index per call
             ns = self._ns[namespace] = _NsIndex()
         return ns
+
+    def _number(self, cid: str) -> int:
+        n = self._num.get(cid)
+        if n is None:
+            if self._free:
+                n = self._free.pop()
+                self._ids[n] = cid
+            else:
+                n = len(self._ids)
+                self._ids.append(cid)
+            self._num[cid] = n
+        return n
+
+    def _cids(self, nums: Iterable[int]) -> Iterable[str]:
+        ids = self._ids
+        return (ids[n] for n in nums)
 
     def upsert(self, h: History, same_prefix: int = 0) -> None:
         """Insert or replace a conversation's history. Changing the last few messages
@@ -300,8 +297,10 @@ class LineageIndex:
             old = None
         added: Iterable[str]
         removed: Iterable[str] = ()
+        num = self._number(cid)
         if old is None:
-            added = set(h.digests)
+            ns.postings.extend_new(map(hash, set(h.digests)), num)  # a new number: no search
+            added = ()
         else:
             # usually a few messages replaced at the end (a reply the client did not
             # resend, a new turn): work on the differing tails, scanning the new history
@@ -314,11 +313,11 @@ class LineageIndex:
             else:
                 new_set, old_set = set(h.digests), set(old.digests)
                 added, removed = new_set - old_set, old_set - new_set
-        postings = ns.postings
-        for d in added:
-            _post(postings, d, cid)
+        if added:
+            ns.postings.add_all(map(hash, added), num)
+        unpost = ns.postings.discard
         for d in removed:
-            _unpost(postings, d, cid)
+            unpost(hash(d), num)
         if old is None or old.system_hash != h.system_hash:
             if old is not None:
                 self._discard(ns.by_system, old.system_hash, cid)
@@ -341,28 +340,31 @@ class LineageIndex:
         mine = self._conv_lines.get(conversation_id)
         if mine is None:
             mine = self._conv_lines[conversation_id] = array("q")
-        lines = ns.lines
-        for fp in fingerprints:
-            p = lines.get(fp)
-            if p is None or not _posts(p, conversation_id):
-                mine.append(fp)
-                _post(lines, fp, conversation_id)
+        num = self._num[conversation_id]
+        if mine:
+            mine.extend(ns.lines.add_all(fingerprints, num))
+        else:  # its first lines: none is held for it yet, no search
+            fresh = dict.fromkeys(fingerprints)
+            ns.lines.extend_new(fresh, num)
+            mine.extend(fresh)
 
     def remove(self, conversation_id: str) -> None:
         h = self._hist.pop(conversation_id, None)
         if h is None:
             return
+        num = self._num.pop(conversation_id)
+        self._free.append(num)
         ns = self._ns.get(h.namespace)
         lines = self._conv_lines.pop(conversation_id, ())
         if ns is None:
             return
         for d in set(h.digests):
-            _unpost(ns.postings, d, conversation_id)
+            ns.postings.discard(hash(d), num)
         for fp in lines:
-            _unpost(ns.lines, fp, conversation_id)
+            ns.lines.discard(fp, num)
         self._discard(ns.by_system, h.system_hash, conversation_id)
         self._discard(ns.heads, _head(h), conversation_id)
-        if not ns.postings and not ns.by_system and not ns.lines:
+        if not len(ns.postings) and not ns.by_system and not len(ns.lines):
             del self._ns[h.namespace]
 
     @staticmethod
@@ -400,9 +402,9 @@ class LineageIndex:
         hits: dict[str, int] = {}
         postings = ns.postings
         for d in set(_sample(probe.digests)):
-            s = postings.get(d)
-            if s is not None and (s.__class__ is str or len(s) <= MAX_POSTINGS):
-                for cid in _ids(s):
+            s = postings.get(hash(d))
+            if s and len(s) <= MAX_POSTINGS:
+                for cid in self._cids(s):
                     hits[cid] = hits.get(cid, 0) + 1
         if not hits:
             return []
@@ -418,8 +420,8 @@ class LineageIndex:
         hits: dict[str, int] = {}
         for fp in probe.text_lines:
             s = ns.lines.get(fp)
-            if s is not None and (s.__class__ is str or len(s) <= MAX_POSTINGS):
-                for cid in _ids(s):
+            if s and len(s) <= MAX_POSTINGS:
+                for cid in self._cids(s):
                     hits[cid] = hits.get(cid, 0) + 1
         if not hits:
             return None
@@ -448,8 +450,7 @@ class LineageIndex:
         # line) is the one it continues; only without such evidence the latest seen.
         hits = dict.fromkeys(ids, 0)
         for fp in probe.text_lines:
-            s = ns.lines.get(fp)
-            for cid in _ids(s) if s is not None else ():  # a posting may be one id, not a set
+            for cid in self._cids(ns.lines.get(fp)):
                 if cid in hits:
                     hits[cid] += 1
         return max((self._hist[c] for c in ids), key=lambda h: (hits[h.conversation_id], h.last_seen))

@@ -145,10 +145,13 @@ class Bookkeeping(TrackerParts):
     def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
         """Make the reply the end of the conversation's history."""
         hot = self._hot.get(rec.id)
-        rec.digests = rec.digests[: rec.request_len] + tuple(x.digest for x in msgs)
+        reply = tuple(x.digest for x in msgs)
+        rec.digests = rec.digests[: rec.request_len] + reply
         if hot is not None:
             base = hot.snapshot
-            hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model)
+            hot.snapshot = Snapshot(
+                base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model
+            ).with_digests(base.digests[: rec.request_len] + reply)  # the next request compares them
             del hot.cum[rec.request_len + 1 :]
             for x in msgs:
                 hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))

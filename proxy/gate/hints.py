@@ -142,11 +142,11 @@ class LineMemory:
         return fps
 
     def remember(self, index: LineageIndex, conversation_id: str, msgs: tuple[Message, ...]) -> None:
-        """Index the lines of ``msgs`` as seen in ``conversation_id``."""
-        for x in msgs:
-            fps = self.of(x)
-            if fps:
-                index.add_lines(conversation_id, fps)
+        """Index the lines of ``msgs`` as seen in ``conversation_id`` (in one call: the
+        index takes a new conversation's first lines without searching them)."""
+        fps = [fp for x in msgs for fp in self.of(x)]
+        if fps:
+            index.add_lines(conversation_id, fps)
 
     @staticmethod
     def probe(snap: Snapshot) -> frozenset[int]:

@@ -242,7 +242,7 @@ def test_upserts_leave_the_postings_of_a_fresh_index(steps: list[tuple[str, int,
         current[cid] = digests
         ix.upsert(hist(cid, digests))
         fresh = index(*[hist(c, ds) for c, ds in current.items()])
-        assert ix._ns["t1"].postings == fresh._ns["t1"].postings
+        assert ix.postings_of("t1")["postings"] == fresh.postings_of("t1")["postings"]
 
 
 @pytest.mark.parametrize(("a", "b"), [("A", "B"), ("conv-a-7f3e", "conv-b-91c2")])

@@ -52,7 +52,9 @@ def assert_index_consistent(t: Tracker) -> None:
     fresh = LineageIndex()
     for h in t.index.histories():
         fresh.upsert(h)
-    assert {ns: x.postings for ns, x in t.index._ns.items()} == {ns: x.postings for ns, x in fresh._ns.items()}
+    assert {ns: t.index.postings_of(ns)["postings"] for ns in t.index._ns} == {
+        ns: fresh.postings_of(ns)["postings"] for ns in fresh._ns
+    }
 
 
 async def run_script(

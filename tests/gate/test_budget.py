@@ -80,8 +80,8 @@ async def test_the_estimate_follows_what_is_allocated(tmp_path: Path) -> None:
 
 
 async def test_the_bound_holds_and_what_it_dropped_is_read_back(tmp_path: Path) -> None:
-    # every record (~47 KB estimated for 100 messages) and about a dozen hot histories
-    limit = 6_400_000
+    # every record (~36 KB estimated for 100 messages) and about a dozen hot histories
+    limit = 5_200_000
     t = Tracker(SQLiteStore(tmp_path / "s.db"), TrackerConfig(max_memory_bytes=limit, max_conversations=10_000))
     await t.start()
     n = 120
