@@ -334,6 +334,11 @@ def decode_part(data: bytes, b: int, mode: str) -> Decoded:
             except Exception:  # noqa: BLE001 - as in BodyCache._loads
                 pass
         return "value", json.loads(data)
+    except UnicodeDecodeError as exc:
+        # a codec updates the one exception object from error to error (its error
+        # handler passed the earlier ones) but not its ``args``, which pickling uses:
+        # rebuilt from its fields, it crosses a process boundary as it was raised
+        return "error", UnicodeDecodeError(exc.encoding, exc.object, exc.start, exc.end, exc.reason)
     except Exception as exc:  # noqa: BLE001 - json.loads' canonical error, handed back
         return "error", exc
 

@@ -354,3 +354,12 @@ def test_threads_share_one_cache() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(agent, range(16)))
+
+
+def test_a_codec_error_after_a_passed_one_crosses_to_the_caller_as_raised() -> None:
+    # UTF-32 (detected from the NULs): the first code point is a surrogate, which
+    # json.loads' surrogatepass lets through; the second is out of range
+    raw = b"\x00\x00\xd8" + b'{"model": "m", "messages": [1, 2]}'
+    expected = outcome(json.loads, raw)
+    assert expected[0] == "UnicodeDecodeError" and "not in range" in expected[1]
+    assert outcome(lambda r: split_loads(small_cache(), r, "t"), raw) == expected
