@@ -255,8 +255,11 @@ class ReplicaSync(TrackerParts):
         busy = rep.busy(cid)
         if busy is None:
             return False
-        with contextlib.suppress(Exception):
-            await asyncio.shield(busy)
+        if rep.deferred(cid):  # an earlier request still upstream: commit what it changed now
+            await self.commit(cid)
+        else:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(busy)
         await self._sync(tenant, namespace, lines=lines)
         return True
 
@@ -284,6 +287,30 @@ class ReplicaSync(TrackerParts):
         if not res.ok:
             self._drop(conversation_id)
         return res.ok
+
+    def defer_commit(self, conversation_id: str) -> bool:
+        """Leave what this request changed to be committed with its reply
+        (:meth:`~proxy.gate.writes.Replica.defer`: a plain continuation, nothing decided
+        that another replica could act on); ``False`` when it must be committed now
+        (:meth:`commit`). The commit then happens in :meth:`acknowledge`, or earlier
+        when another request of the conversation reaches this process first
+        (:meth:`_wait_turn`), or in :meth:`flush_writes`. Always ``False`` with a sole
+        store."""
+        rep = self._replica
+        return rep is not None and rep.defer(conversation_id)
+
+    async def _commit_deferred(self, cid: str) -> None:
+        """Commit ``cid``'s deferred transaction, if one is open (a refusal or an
+        unreachable store is logged: the reply it carried is read again as history)."""
+        rep = self._replica
+        if rep is None or not rep.deferred(cid):
+            return
+        try:
+            await self.commit(cid)
+        except StateUnavailable as exc:
+            log.warning("state: a request and its reply were not recorded (%s)", exc.reason)
+        except Exception:
+            log.exception("state: committing a request with its reply failed")
 
     def abandon(self, conversation_id: str) -> None:
         """Give up what the current request changed in the conversation (never
@@ -314,6 +341,8 @@ class ReplicaSync(TrackerParts):
         if rep is None:
             return
         self.settle_all()
+        for cid in [c for c, t in rep.txns.items() if t.deferred]:
+            await self._commit_deferred(cid)
         for fut in [t.done for t in rep.txns.values()]:
             with contextlib.suppress(Exception):
                 await asyncio.shield(fut)
@@ -327,7 +356,8 @@ class ReplicaSync(TrackerParts):
         rep = self._replica
         if rep is None:
             return
-        self._later.drain()  # records the reply (and opens its commit)
+        self._later.drain()  # records the reply (and opens its commit, or joins the request's)
+        await self._commit_deferred(obs.conversation_id)
         busy = rep.busy(obs.conversation_id)
         if busy is not None:
             with contextlib.suppress(Exception):

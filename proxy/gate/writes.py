@@ -114,6 +114,12 @@ class Txn:
     log: list[dict[str, Any]] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)
     stats: bool = False
+    #: the gate's state of the conversation when the transaction opened (a decision
+    #: that changes it stores a new dict: :meth:`Tracker.save_gate_state`)
+    gate: object = None
+    #: left open past the request's decision, to be committed with its reply
+    #: (:meth:`Replica.defer`)
+    deferred: bool = False
 
 
 @dataclass
@@ -161,9 +167,34 @@ class Replica:
         """Open the transaction of ``rec`` (none may be open for it)."""
         assert rec.id not in self.txns, f"a transaction of {rec.id} is already open"
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        txn = Txn(rec, None if create else rec.etag, rec.digests, done)
+        txn = Txn(rec, None if create else rec.etag, rec.digests, done, gate=rec.gate_state)
         self.txns[rec.id] = txn
         return txn
+
+    def defer(self, cid: str) -> bool:
+        """Leave ``cid``'s open transaction to be committed with the reply (one commit
+        per request instead of two) when what it holds decides nothing another replica
+        could act on: the conversation existed, its history only grew, and the
+        decision recorded no event, log entry, blob or after-commit work and left the
+        gate's state of the conversation as it was. A request not yet committed was
+        not answered, so a replica killed meanwhile loses nothing it acknowledged; a
+        concurrent change elsewhere makes the later commit refused, as a reply's can
+        be. ``False`` (nothing changed) when the transaction must be committed now."""
+        txn = self.txns.get(cid)
+        if txn is None or txn.expect is None or txn.events or txn.log or txn.blobs or txn.after:
+            return False
+        rec = txn.rec
+        if rec.gate_state is not txn.gate or len(rec.digests) < len(txn.base):
+            return False
+        if rec.digests[: len(txn.base)] != txn.base:
+            return False
+        txn.deferred = True
+        return True
+
+    def deferred(self, cid: str) -> bool:
+        """Whether ``cid``'s open transaction waits to be committed with its reply."""
+        txn = self.txns.get(cid)
+        return txn is not None and txn.deferred
 
     def busy(self, cid: str) -> asyncio.Future[None] | None:
         """The end of ``cid``'s open transaction, if one is open."""
@@ -205,6 +236,7 @@ class Replica:
         txn = self.txns.get(cid)
         if txn is None:
             return Committed(True)
+        txn.deferred = False  # being committed: a reply that comes now waits for it
         change = self._build(txn)
         try:
             res = await self.store.commit(change)
