@@ -32,7 +32,10 @@ sensitive values are redacted.
 With a store shared by several replicas (:mod:`proxy.state.protocol`) the decision and
 what it changed in the conversation's state are committed before the request goes on
 (:meth:`Tracker.commit`); a commit refused because another replica changed the
-conversation first is decided again on the fresh state. When the store cannot be
+conversation first is decided again on the fresh state. A plain continuation the gate
+lets through untouched, deciding nothing another replica could act on, is committed
+with its reply instead (:meth:`Tracker.defer_commit`: one commit per request, before
+the response ends). When the store cannot be
 reached the request is forwarded untouched (``gate.fail_open``, the default) or refused
 with a 503, and a ``state_unavailable`` event and the ``state_errors_total`` metric say
 why (:mod:`proxy.gate.outage`).

@@ -8,7 +8,9 @@ two writers with the same methods:
 - :class:`Replica` (a shared store: Redis, SQLite for ``--workers N``; see
   :mod:`proxy.state.protocol`) gathers the changes of a conversation in a transaction,
   opened when a request (or a reply) starts changing it and committed with a
-  compare-and-set (:meth:`Replica.commit`) before the request goes on; what needs no
+  compare-and-set (:meth:`Replica.commit`) before the request goes on — or, for a
+  plain continuation that decided nothing (:meth:`Replica.defer`), with its reply before
+  the response ends; what needs no
   compare-and-set outside a transaction (token counts settled later, events a response
   tap adds) becomes a side write, sent in the background and awaited by
   :meth:`Replica.flush`. It also keeps what this process knows of each namespace
