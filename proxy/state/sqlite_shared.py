@@ -40,9 +40,10 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -96,6 +97,11 @@ INLINE_CHANGES = 32
 #: A commit of at most this many characters of message and blob text runs on the event
 #: loop when the writers' lock is free (see the module docstring).
 INLINE_BYTES = 64 * 1024
+#: Digests of messages this process's commits stored, remembered (most recent) so that
+#: a message committed again — a fork's shared prefix, the same tool result in many
+#: conversations — is neither redacted, encoded nor written again. Message rows are
+#: content-addressed and a shared store's sweep never deletes them.
+STORED_DIGESTS = 16384
 
 
 def _log_json(entry: dict[str, Any]) -> str:
@@ -213,6 +219,8 @@ class SharedSQLiteStore(SharedStore):
         self._closed = False
         #: per thread pool, the calls submitted to it and not yet ended (see :meth:`_idle`)
         self._busy: dict[ThreadPoolExecutor, int] = {}
+        #: see :data:`STORED_DIGESTS` (the loop's thread only)
+        self._stored: OrderedDict[str, None] = OrderedDict()
 
     # -- thread side
 
@@ -747,6 +755,19 @@ class SharedSQLiteStore(SharedStore):
         return synced
 
     async def commit(self, change: Commit) -> Committed:
+        stored = self._stored
+        if any(m.digest in stored for m in change.messages):
+            change = replace(change, messages=tuple(m for m in change.messages if m.digest not in stored))
+        res = await self._commit_now(change)
+        if res.ok and change.messages:
+            for m in change.messages:
+                stored[m.digest] = None
+                stored.move_to_end(m.digest)
+            while len(stored) > STORED_DIGESTS:
+                stored.popitem(last=False)
+        return res
+
+    async def _commit_now(self, change: Commit) -> Committed:
         if not _small(change) or not self._idle(self._exec):
             return await self._call(self._commit, change)
         encoded = _encode(change)

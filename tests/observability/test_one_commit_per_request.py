@@ -6,6 +6,7 @@ upstream."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ async def _play(store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                     counts.append(detail["message_count"])
                     assert reply.startswith("echo:")
             # every turn the history as sent plus the reply: two messages more each time
-            assert [b - a for a, b in zip(counts, counts[1:], strict=False)] == [2] * (TURNS - 1), counts
+            assert [y - x for x, y in itertools.pairwise(counts)] == [2] * (TURNS - 1), counts
             # the first request creates the conversation: committed before it goes upstream,
             # its reply after; every continuation after it: one commit, request and reply
             assert per_turn[0] == 2, per_turn
