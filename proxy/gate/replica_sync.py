@@ -303,14 +303,17 @@ class ReplicaSync(TrackerParts):
         """Commit ``cid``'s deferred transaction, if one is open (a refusal or an
         unreachable store is logged: the reply it carried is read again as history)."""
         rep = self._replica
-        if rep is None or not rep.deferred(cid):
-            return
+        if rep is not None and rep.deferred(cid):
+            await self._commit_logged(cid, "a request and its reply")
+
+    async def _commit_logged(self, cid: str, what: str) -> None:
+        """:meth:`commit` where nobody waits for the outcome: a failure is logged."""
         try:
             await self.commit(cid)
         except StateUnavailable as exc:
-            log.warning("state: a request and its reply were not recorded (%s)", exc.reason)
+            log.warning("state: not recorded: %s (%s)", what, exc.reason)
         except Exception:
-            log.exception("state: committing a request with its reply failed")
+            log.exception("state: committing %s failed", what)
 
     def abandon(self, conversation_id: str) -> None:
         """Give up what the current request changed in the conversation (never
@@ -323,15 +326,7 @@ class ReplicaSync(TrackerParts):
     def _commit_soon(self, cid: str) -> None:
         """Commit a reply's changes in the background (awaited by :meth:`acknowledge`)."""
 
-        async def run() -> None:
-            try:
-                await self.commit(cid)
-            except StateUnavailable as exc:
-                log.warning("state: a reply was not recorded (%s)", exc.reason)
-            except Exception:
-                log.exception("state: committing a reply failed")
-
-        asyncio.get_running_loop().create_task(run())
+        asyncio.get_running_loop().create_task(self._commit_logged(cid, "a reply"))
 
     async def flush_writes(self) -> None:
         """Wait until this process's writes so far reached a shared store (replies
