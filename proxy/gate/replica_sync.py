@@ -353,9 +353,12 @@ class ReplicaSync(TrackerParts):
             return
         self._later.drain()  # records the reply (and opens its commit, or joins the request's)
         await self._commit_deferred(obs.conversation_id)
-        busy = rep.busy(obs.conversation_id)
-        if busy is not None:
+        for _ in range(3):  # the reply's commit (after an early commit of its request: a second)
+            busy = rep.busy(obs.conversation_id)
+            if busy is None or rep.deferred(obs.conversation_id):
+                break  # nothing, or a later request's, left for its own reply
             with contextlib.suppress(Exception):
                 await asyncio.shield(busy)
+            await asyncio.sleep(0)  # a reply recorded after that commit opens its own
         with contextlib.suppress(StateUnavailable):
             await rep.flush()

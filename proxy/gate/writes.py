@@ -122,6 +122,8 @@ class Txn:
     #: left open past the request's decision, to be committed with its reply
     #: (:meth:`Replica.defer`)
     deferred: bool = False
+    #: its commit is under way (what is written into it now would be lost)
+    committing: bool = False
 
 
 @dataclass
@@ -193,6 +195,11 @@ class Replica:
         txn.deferred = True
         return True
 
+    def committing(self, cid: str) -> asyncio.Future[None] | None:
+        """The end of ``cid``'s commit under way, if one is."""
+        txn = self.txns.get(cid)
+        return txn.done if txn is not None and txn.committing else None
+
     def deferred(self, cid: str) -> bool:
         """Whether ``cid``'s open transaction waits to be committed with its reply."""
         txn = self.txns.get(cid)
@@ -238,7 +245,8 @@ class Replica:
         txn = self.txns.get(cid)
         if txn is None:
             return Committed(True)
-        txn.deferred = False  # being committed: a reply that comes now waits for it
+        txn.deferred = False
+        txn.committing = True  # a reply recorded now waits for the end (Tracker.record_reply)
         change = self._build(txn)
         try:
             res = await self.store.commit(change)
