@@ -31,6 +31,12 @@ throughput the machine's CPUs allow ``--workers 2`` (every process of its rounds
 counted, CPU-bound, perfectly balanced) as a multiple of what ``--workers 1``
 measured, and the server CPU per request of one worker over two.
 
+Before and after the rounds it measures how much more pure-Python work two processes do
+than one in the same time on the machine as loaded then (:func:`machine_scaling`): on
+two idle cores 2.0x, on cores shared with other processes less — the most
+``--workers 2`` could reach over ``--workers 1`` if the gate were CPU-bound, whatever it
+did.
+
 Run:  python -m bench.replicas [--agents 8 32] [--requests 20] [--size 100] [--repeat 3]
                                [--harness lean|aiohttp]
 """
@@ -103,6 +109,30 @@ def _serve(name: str, fake: str, redis_url: str, workdir: Path) -> tuple[subproc
         except OSError:
             time.sleep(0.1)
     return proc, url
+
+
+def _spin(n: int) -> float:
+    """Pure-Python work (dict stores, a JSON encode every 7th): its wall seconds."""
+    t0 = time.perf_counter()
+    d: dict[int, object] = {}
+    for i in range(n):
+        d[i % 1000] = json.dumps(i) if i % 7 == 0 else i
+    return time.perf_counter() - t0
+
+
+def machine_scaling(n: int = 1_500_000, rounds: int = 3) -> float:
+    """How much more pure-Python work two processes do than one in the same time on
+    this machine as loaded now (median of ``rounds``): the ceiling the machine leaves
+    ``--workers 2`` over ``--workers 1`` for CPU-bound work, whatever the gate does
+    (2.0 on two idle cores; less when other processes share them)."""
+    got = []
+    with mp.get_context("spawn").Pool(2) as pool:
+        pool.map(_spin, [1000, 1000])  # both started
+        for _ in range(rounds):
+            one = pool.apply(_spin, (n,))
+            two = max(pool.map(_spin, [n, n], chunksize=1))
+            got.append(2 * one / two)
+    return statistics.median(got)
 
 
 def _figures(lat: list[float], busy: float, direct_p50: float) -> dict[str, float]:
@@ -299,13 +329,17 @@ def main(argv: list[str] | None = None) -> int:
             if name.startswith("redis"):
                 cpu[name]["redis"] = [redis.proc.pid]
         time.sleep(args.settle)  # the servers' start-up work (tokenizer, catalog) off the measure
+        before = machine_scaling()
         print(f"cpus: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.2f}  "
               f"history ~{args.size} messages, {args.requests} measured requests per agent, {args.repeat} repeats")  # fmt: skip
         results = {n: measure(targets, n, args, cpu) for n in args.agents}
         ratios = {n: report(n, r) for n, r in results.items()}
+        after = machine_scaling()
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
+        print(f"machine scaling (pure-Python work of 2 processes over 1 in the same time, at the start / end): "
+              f"{before:.2f}x / {after:.2f}x — the most --workers 2 could reach over --workers 1 if CPU-bound")  # fmt: skip
         if args.json:
-            print(json.dumps({"results": results, "ratios": ratios}, indent=2))
+            print(json.dumps({"results": results, "ratios": ratios, "machine_scaling": [before, after]}, indent=2))
     finally:
         for p in procs:
             p.terminate()

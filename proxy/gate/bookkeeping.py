@@ -103,6 +103,10 @@ class Bookkeeping(TrackerParts):
         rec = self._recs.get(obs.conversation_id)
         if rec is None:
             return
+        ending = self._replica.committing(rec.id) if self._replica is not None else None
+        if ending is not None:  # an early commit of the request (another came): record after it
+            ending.add_done_callback(lambda _f: self.record_reply(obs, reply, status))
+            return
         msgs = reply.messages if reply is not None else ()
         advances = bool(msgs) and (
             obs.relation == "side_request" or (rec.seq == obs.seq and reply is not None and reply.complete)

@@ -32,7 +32,10 @@ sensitive values are redacted.
 With a store shared by several replicas (:mod:`proxy.state.protocol`) the decision and
 what it changed in the conversation's state are committed before the request goes on
 (:meth:`Tracker.commit`); a commit refused because another replica changed the
-conversation first is decided again on the fresh state. When the store cannot be
+conversation first is decided again on the fresh state. A plain continuation the gate
+lets through untouched, deciding nothing another replica could act on, is committed
+with its reply instead (:meth:`Tracker.defer_commit`: one commit per request, before
+the response ends). When the store cannot be
 reached the request is forwarded untouched (``gate.fail_open``, the default) or refused
 with a 503, and a ``state_unavailable`` event and the ``state_errors_total`` metric say
 why (:mod:`proxy.gate.outage`).
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -189,6 +193,10 @@ class GateInterceptor:
             except StateUnavailable as exc:  # e.g. loading another conversation's history
                 self.tracker.abandon(obs.conversation_id)
                 return self.outage.decision(ex, exc, obs.conversation_id)
+            if decision.action == "none" and self._plain(obs, decision) and self.tracker.defer_commit(obs.conversation_id):
+                # committed with the reply (Tracker.acknowledge), then the state confirmed
+                self.tracker.after_commit(obs.conversation_id, functools.partial(self._states.confirm, obs.conversation_id))
+                break
             try:
                 committed = await self.tracker.commit(obs.conversation_id)
             except StateUnavailable as exc:
@@ -207,6 +215,20 @@ class GateInterceptor:
             self.metrics.action(decision.action)
         self.outage.recovered(ex)
         return decision
+
+    @staticmethod
+    def _plain(obs: Observation, decision: Decision) -> bool:
+        """Whether the request only continued its conversation and the gate let it
+        through untouched: its changes may wait for its reply's commit (one commit per
+        request, :meth:`Tracker.defer_commit`) as long as a reply tap will settle them."""
+        return (
+            obs.relation == "extend"
+            and not obs.is_summarization_request
+            and decision.body is None
+            and decision.reject is None
+            and decision.rounds is None
+            and decision.tap is not None
+        )
 
     async def _decide_request(self, ex: Exchange, obs: Observation) -> Decision:
         """The decision for a tracked request (its changes are not committed yet)."""

@@ -255,8 +255,11 @@ class ReplicaSync(TrackerParts):
         busy = rep.busy(cid)
         if busy is None:
             return False
-        with contextlib.suppress(Exception):
-            await asyncio.shield(busy)
+        if rep.deferred(cid):  # an earlier request still upstream: commit what it changed now
+            await self.commit(cid)
+        else:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(busy)
         await self._sync(tenant, namespace, lines=lines)
         return True
 
@@ -285,6 +288,33 @@ class ReplicaSync(TrackerParts):
             self._drop(conversation_id)
         return res.ok
 
+    def defer_commit(self, conversation_id: str) -> bool:
+        """Leave what this request changed to be committed with its reply
+        (:meth:`~proxy.gate.writes.Replica.defer`: a plain continuation, nothing decided
+        that another replica could act on); ``False`` when it must be committed now
+        (:meth:`commit`). The commit then happens in :meth:`acknowledge`, or earlier
+        when another request of the conversation reaches this process first
+        (:meth:`_wait_turn`), or in :meth:`flush_writes`. Always ``False`` with a sole
+        store."""
+        rep = self._replica
+        return rep is not None and rep.defer(conversation_id)
+
+    async def _commit_deferred(self, cid: str) -> None:
+        """Commit ``cid``'s deferred transaction, if one is open (a refusal or an
+        unreachable store is logged: the reply it carried is read again as history)."""
+        rep = self._replica
+        if rep is not None and rep.deferred(cid):
+            await self._commit_logged(cid, "a request and its reply")
+
+    async def _commit_logged(self, cid: str, what: str) -> None:
+        """:meth:`commit` where nobody waits for the outcome: a failure is logged."""
+        try:
+            await self.commit(cid)
+        except StateUnavailable as exc:
+            log.warning("state: not recorded: %s (%s)", what, exc.reason)
+        except Exception:
+            log.exception("state: committing %s failed", what)
+
     def abandon(self, conversation_id: str) -> None:
         """Give up what the current request changed in the conversation (never
         committed; the conversation is read again from the store)."""
@@ -296,15 +326,7 @@ class ReplicaSync(TrackerParts):
     def _commit_soon(self, cid: str) -> None:
         """Commit a reply's changes in the background (awaited by :meth:`acknowledge`)."""
 
-        async def run() -> None:
-            try:
-                await self.commit(cid)
-            except StateUnavailable as exc:
-                log.warning("state: a reply was not recorded (%s)", exc.reason)
-            except Exception:
-                log.exception("state: committing a reply failed")
-
-        asyncio.get_running_loop().create_task(run())
+        asyncio.get_running_loop().create_task(self._commit_logged(cid, "a reply"))
 
     async def flush_writes(self) -> None:
         """Wait until this process's writes so far reached a shared store (replies
@@ -314,6 +336,8 @@ class ReplicaSync(TrackerParts):
         if rep is None:
             return
         self.settle_all()
+        for cid in [c for c, t in rep.txns.items() if t.deferred]:
+            await self._commit_deferred(cid)
         for fut in [t.done for t in rep.txns.values()]:
             with contextlib.suppress(Exception):
                 await asyncio.shield(fut)
@@ -327,10 +351,14 @@ class ReplicaSync(TrackerParts):
         rep = self._replica
         if rep is None:
             return
-        self._later.drain()  # records the reply (and opens its commit)
-        busy = rep.busy(obs.conversation_id)
-        if busy is not None:
+        self._later.drain()  # records the reply (and opens its commit, or joins the request's)
+        await self._commit_deferred(obs.conversation_id)
+        for _ in range(3):  # the reply's commit (after an early commit of its request: a second)
+            busy = rep.busy(obs.conversation_id)
+            if busy is None or rep.deferred(obs.conversation_id):
+                break  # nothing, or a later request's, left for its own reply
             with contextlib.suppress(Exception):
                 await asyncio.shield(busy)
+            await asyncio.sleep(0)  # a reply recorded after that commit opens its own
         with contextlib.suppress(StateUnavailable):
             await rep.flush()

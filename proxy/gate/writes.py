@@ -8,7 +8,9 @@ two writers with the same methods:
 - :class:`Replica` (a shared store: Redis, SQLite for ``--workers N``; see
   :mod:`proxy.state.protocol`) gathers the changes of a conversation in a transaction,
   opened when a request (or a reply) starts changing it and committed with a
-  compare-and-set (:meth:`Replica.commit`) before the request goes on; what needs no
+  compare-and-set (:meth:`Replica.commit`) before the request goes on — or, for a
+  plain continuation that decided nothing (:meth:`Replica.defer`), with its reply before
+  the response ends; what needs no
   compare-and-set outside a transaction (token counts settled later, events a response
   tap adds) becomes a side write, sent in the background and awaited by
   :meth:`Replica.flush`. It also keeps what this process knows of each namespace
@@ -114,6 +116,14 @@ class Txn:
     log: list[dict[str, Any]] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)
     stats: bool = False
+    #: the gate's state of the conversation when the transaction opened (a decision
+    #: that changes it stores a new dict: :meth:`Tracker.save_gate_state`)
+    gate: object = None
+    #: left open past the request's decision, to be committed with its reply
+    #: (:meth:`Replica.defer`)
+    deferred: bool = False
+    #: its commit is under way (what is written into it now would be lost)
+    committing: bool = False
 
 
 @dataclass
@@ -161,9 +171,39 @@ class Replica:
         """Open the transaction of ``rec`` (none may be open for it)."""
         assert rec.id not in self.txns, f"a transaction of {rec.id} is already open"
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        txn = Txn(rec, None if create else rec.etag, rec.digests, done)
+        txn = Txn(rec, None if create else rec.etag, rec.digests, done, gate=rec.gate_state)
         self.txns[rec.id] = txn
         return txn
+
+    def defer(self, cid: str) -> bool:
+        """Leave ``cid``'s open transaction to be committed with the reply (one commit
+        per request instead of two) when what it holds decides nothing another replica
+        could act on: the conversation existed, its history only grew, and the
+        decision recorded no event, log entry, blob or after-commit work and left the
+        gate's state of the conversation as it was. A request not yet committed was
+        not answered, so a replica killed meanwhile loses nothing it acknowledged; a
+        concurrent change elsewhere makes the later commit refused, as a reply's can
+        be. ``False`` (nothing changed) when the transaction must be committed now."""
+        txn = self.txns.get(cid)
+        if txn is None or txn.expect is None or txn.events or txn.log or txn.blobs or txn.after:
+            return False
+        rec = txn.rec
+        if rec.gate_state is not txn.gate or len(rec.digests) < len(txn.base):
+            return False
+        if rec.digests[: len(txn.base)] != txn.base:
+            return False
+        txn.deferred = True
+        return True
+
+    def committing(self, cid: str) -> asyncio.Future[None] | None:
+        """The end of ``cid``'s commit under way, if one is."""
+        txn = self.txns.get(cid)
+        return txn.done if txn is not None and txn.committing else None
+
+    def deferred(self, cid: str) -> bool:
+        """Whether ``cid``'s open transaction waits to be committed with its reply."""
+        txn = self.txns.get(cid)
+        return txn is not None and txn.deferred
 
     def busy(self, cid: str) -> asyncio.Future[None] | None:
         """The end of ``cid``'s open transaction, if one is open."""
@@ -205,6 +245,8 @@ class Replica:
         txn = self.txns.get(cid)
         if txn is None:
             return Committed(True)
+        txn.deferred = False
+        txn.committing = True  # a reply recorded now waits for the end (Tracker.record_reply)
         change = self._build(txn)
         try:
             res = await self.store.commit(change)

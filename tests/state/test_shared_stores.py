@@ -429,3 +429,45 @@ async def test_sqlite_writers_queue_on_the_lock_file_and_give_up_like_a_busy_tim
         assert (await store.commit(commit(rec("c2", (msg("b").digest,)), None))).ok
     finally:
         await store.close()
+
+
+async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork's shared prefix is neither redacted, encoded nor written again by the
+    process that stored it (``STORED_DIGESTS``), yet every replica reads it; a refused
+    commit's messages are not taken as stored."""
+    import proxy.state.sqlite_shared as shared
+
+    encoded: list[str] = []
+    real = shared.message_to_json
+
+    def counting(m: Message) -> str:
+        encoded.append(m.digest)
+        return real(m)
+
+    monkeypatch.setattr(shared, "message_to_json", counting)
+    a, b = SharedSQLiteStore(tmp_path / "s.sqlite3"), SharedSQLiteStore(tmp_path / "s.sqlite3")
+    await a.open()
+    await b.open()
+    try:
+        m1, m2, m3, m4 = msg("deploy 7f3a9c21"), msg("upload upl-0001-9fe2"), msg("lock lk-77aa"), msg("big " + "x" * 100_000)
+        r1 = rec("c1", (m1.digest, m2.digest))
+        assert (await a.commit(commit(r1, None, msgs=(m1, m2)))).ok
+        assert encoded == [m1.digest, m2.digest]
+        fork = rec("c2", (m1.digest, m2.digest, m3.digest))
+        assert (await a.commit(commit(fork, None, msgs=(m1, m2, m3)))).ok
+        assert encoded[2:] == [m3.digest]
+        refused = rec("c3", (m4.digest,))
+        assert not (await a.commit(commit(refused, "wrong-etag", msgs=(m4,)))).ok  # c3 does not exist
+        assert (await a.commit(commit(refused, None, msgs=(m4,)))).ok  # larger than INLINE_BYTES: the thread
+        assert encoded[3:] == [m4.digest, m4.digest]
+        got = await b.load_messages([m1.digest, m2.digest, m3.digest, m4.digest])
+        assert [got[d].parts[0].text for d in (m1.digest, m2.digest, m3.digest, m4.digest)] == [
+            "deploy 7f3a9c21", "upload upl-0001-9fe2", "lock lk-77aa", m4.parts[0].text,
+        ]  # fmt: skip
+        synced = await b.sync("t1", "t1", 0)
+        assert {c.record.id for c in synced.changed} == {"c1", "c2", "c3"}
+    finally:
+        await a.close()
+        await b.close()
