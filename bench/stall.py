@@ -21,7 +21,7 @@ possible and what is measured is the proxy. Placement as in
 ``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
 on the other.
 
-    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR]
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR [--dump-after S]]
 
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
 100 ms late, the stacks of all its threads (``DIR/stalls.txt``, with every cyclic-GC
