@@ -76,6 +76,9 @@ def _exit_without_waiting() -> None:
     interpreter's teardown: leave at once instead."""
     background = sys.modules.get("proxy.gate.background")
     if background is not None and background.background_busy():
+        offload = sys.modules.get("proxy.state.offload")
+        if offload is not None:  # its pools' semaphores released, or the resource tracker warns in plaintext
+            offload.shutdown()
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
 
-__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "prestart", "run", "spans_of", "submit"]
+__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "prestart", "run", "shutdown", "spans_of", "submit"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,10 +95,19 @@ class _Worker:
         pool.shutdown(wait=False, cancel_futures=True)
 
     def shutdown(self) -> None:
+        """At exit: the worker ends now (what it was doing belongs to a server that is
+        done), and the pool is joined, so that its queues' semaphores are released
+        before the interpreter goes (else ``multiprocessing``'s resource tracker
+        prints a plaintext warning about them on stderr, among the JSON logs)."""
         with self._lock:
-            pool = self._pool
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                proc.terminate()
+        with contextlib.suppress(Exception):
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _target_nice(nice: int) -> int:
@@ -230,6 +239,8 @@ def prestart() -> None:
 
 
 @atexit.register
-def _shutdown() -> None:
+def shutdown() -> None:
+    """End both workers and release their pools (at exit; call it before an
+    ``os._exit``, which runs no exit handler)."""
     _STORE.shutdown()
     _REQUEST.shutdown()
