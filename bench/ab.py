@@ -59,12 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100, help="history size in messages (default 100)")
     ap.add_argument("--requests", type=int, default=30, help="measured requests per agent and run (default 30)")
     ap.add_argument("--repeat", type=int, default=9, help="runs; figures are medians (default 9)")
-    load.add_placement_args(ap)
-    args = ap.parse_args(argv)
-    load.placement(args)
-
-    mp.set_start_method("spawn", force=True)
-    state_dir = tempfile.mkdtemp(prefix="cg-ab-")
+    args, state_dir = load.harness(ap, argv, "ab")
     worktree = Path(tempfile.mkdtemp(prefix="cg-ab-base-")) / "tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.base],
                    check=True, capture_output=True)

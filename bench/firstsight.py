@@ -27,12 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -90,12 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="ms after each response still counted (the loop's deferred work; default 300)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
-    load.add_placement_args(ap)
-    args = ap.parse_args(argv)
-    load.placement(args)
-
-    mp.set_start_method("spawn", force=True)
-    state_dir = tempfile.mkdtemp(prefix="cg-firstsight-")
+    args, state_dir = load.harness(ap, argv, "firstsight")
     procs: dict[str, Any] = {}
     try:
         procs["direct"], fake = load.start("fake-tools", "", state_dir, load.cpus_for(args, "fake"))

@@ -484,6 +484,18 @@ def placement(args: argparse.Namespace) -> None:
         os.sched_setaffinity(0, args.split[0])
 
 
+def harness(ap: argparse.ArgumentParser, argv: list[str] | None, name: str) -> tuple[argparse.Namespace, str]:
+    """A bench's start: ``ap`` given the placement options and parsed, this process
+    placed (:func:`placement`), processes spawned (never forked: the servers run event
+    loops and threads), and a fresh state directory ``cg-NAME-…``; the arguments and
+    the directory."""
+    add_placement_args(ap)
+    args = ap.parse_args(argv)
+    placement(args)
+    mp.set_start_method("spawn", force=True)
+    return args, tempfile.mkdtemp(prefix=f"cg-{name}-")
+
+
 def cpus_for(args: argparse.Namespace, kind: str) -> set[int] | None:
     """The CPUs ``args`` place process ``kind`` on: the harness's for the fake upstream,
     the servers' for every other kind; ``None`` when not pinned."""
@@ -519,12 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", action="store_true",
                     help="also measure the served product (tracking + default policy) as target 'policy'")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
-    add_placement_args(ap)
-    args = ap.parse_args(argv)
-    placement(args)
-
-    mp.set_start_method("spawn", force=True)
-    state_dir = tempfile.mkdtemp(prefix="cg-bench-")
+    args, state_dir = harness(ap, argv, "bench")
     procs: dict[str, mp.Process] = {}
     try:
         p, fake = start_as(args, "fake", "", state_dir)

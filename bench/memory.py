@@ -26,13 +26,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -156,12 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=WARMUP,
                     help=f"conversations played before the baseline RSS is taken (default {WARMUP})")
     ap.add_argument("--json", action="store_true")
-    load.add_placement_args(ap)
-    args = ap.parse_args(argv)
-    load.placement(args)
-
-    mp.set_start_method("spawn", force=True)
-    folder = Path(tempfile.mkdtemp(prefix="cg-memory-"))
+    args, state = load.harness(ap, argv, "memory")
+    folder = Path(state)
     procs: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     try:

@@ -32,11 +32,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -244,12 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--litellm", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure the LiteLLM proxy when its console script is installed (default on)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
-    load.add_placement_args(ap)
-    args = ap.parse_args(argv)
-    load.placement(args)
-
-    mp.set_start_method("spawn", force=True)
-    state_dir = tempfile.mkdtemp(prefix="cg-patterns-")
+    args, state_dir = load.harness(ap, argv, "patterns")
     procs: dict[str, Any] = {}
     try:
         # the fake upstream is harness: on the harness's CPUs, as bench.load places its fake
