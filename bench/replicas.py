@@ -155,16 +155,18 @@ def _cpu(pids: list[int]) -> float:
 
 
 async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int]]], agents: int,
-                      args: argparse.Namespace, seed: int) -> dict[str, dict[str, Any]]:
+                      args: argparse.Namespace, seed: int,
+                      redis: RedisCounter | None = None) -> dict[str, dict[str, Any]]:
     """``bench.load.run_all``'s interleaved rounds on the lean harness (:mod:`bench.wire`):
     one keep-alive connection per agent, as an agent holds it. Per target the measured
     latencies, the time the rounds took, and CPU seconds per group of processes
     (``cpu[name]``: ``server``, ``redis``, ``fake``; plus ``client``, this process),
-    each counted from the start of the target's round to the end of its pause."""
+    each counted from the start of the target's round to the end of its pause; and for a
+    Redis target the commands ``redis`` counted over the same span (``cmds``)."""
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     pops = {name: [Agent(seed * 1000 + a, args.size) for a in range(agents)] for name in targets}
     conns = {name: [Connection(*_host_port(url), headers) for _ in range(agents)] for name, url in targets.items()}
-    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}} for name in targets}
+    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}, "cmds": {}} for name in targets}
     rng = random.Random(seed)
 
     async def one(c: Connection, agent: Agent, body: bytes) -> float:
@@ -187,6 +189,8 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
             for name in order:
                 bodies = [a.next_body() for a in pops[name]]
                 groups = cpu[name]
+                counted = redis is not None and name.startswith("redis")
+                r0 = redis.snapshot() if counted and redis is not None else {}
                 c0 = {g: _cpu(p) for g, p in groups.items()}
                 me0 = time.process_time()
                 t0 = time.perf_counter()
@@ -201,6 +205,9 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
                     for g, p in groups.items():
                         o["cpu"][g] = o["cpu"].get(g, 0.0) + _cpu(p) - c0[g]
                     o["cpu"]["client"] = o["cpu"].get("client", 0.0) + me
+                    if counted and redis is not None:
+                        for cmd, n in redis.delta(r0, redis.snapshot()).items():
+                            o["cmds"][cmd] = o["cmds"].get(cmd, 0) + n
     finally:
         gc.enable()
         for cs in conns.values():
@@ -209,19 +216,44 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
     return out
 
 
+class RedisCounter:
+    """What ``redis-server`` did between two snapshots: commands executed (``INFO
+    commandstats``: also those a Lua script runs) and ``reads`` — the reads of client
+    sockets it processed (``total_reads_processed``), i.e. the round trips of the
+    store's pipelines (each batch is one write), less this counter's own."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(url)
+        a = self.snapshot()
+        self.own = self.snapshot()["reads"] - a["reads"]  # the reads of one snapshot
+
+    def snapshot(self) -> dict[str, int]:
+        stats = self.client.info("commandstats")
+        out = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"}
+        out["reads"] = int(self.client.info("stats")["total_reads_processed"])
+        return out
+
+    def delta(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+        d = {k: v - a.get(k, 0) for k, v in b.items() if v - a.get(k, 0)}
+        d["reads"] = d.get("reads", 0) - self.own
+        return d
+
+
 def _host_port(url: str) -> tuple[str, int]:
     host, _, port = url.removeprefix("http://").partition(":")
     return host, int(port)
 
 
 def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
-            cpu: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, float]]:
+            cpu: dict[str, dict[str, list[int]]], redis: RedisCounter | None = None) -> dict[str, dict[str, float]]:
     """Median figures over ``args.repeat`` interleaved runs, each with fresh agents."""
     runs: list[dict[str, dict[str, float]]] = []
     for rep in range(args.repeat):
         seed = 7000 + agents * 100 + rep
         if args.harness == "lean":
-            got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed))
+            got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed, redis))
             direct = pct(got["direct"]["lat"], 50)
             run = {}
             for name, o in got.items():
@@ -229,13 +261,18 @@ def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
                 n = len(o["lat"])
                 for g in ("server", "redis", "fake", "client"):
                     f[f"cpu_{g}"] = o["cpu"].get(g, 0.0) / n
+                if o["cmds"]:
+                    cmds = o["cmds"]
+                    f["redis_round_trips"] = cmds.get("reads", 0) / n
+                    f["redis_scripts"] = (cmds.get("evalsha", 0) + cmds.get("eval", 0)) / n
+                    f["redis_commands"] = sum(v for k, v in cmds.items() if k not in ("multi", "exec", "reads")) / n
                 run[name] = f
             runs.append(run)
         else:
             got2 = asyncio.run(run_all(targets, args.size, agents, args.requests, args.warmup, seed, gap=args.gap))
             direct = pct(got2["direct"][0], 50)
             runs.append({name: _figures(lat, busy, direct) for name, (lat, busy, _) in got2.items()})
-    return {name: {k: statistics.median(r[name][k] for r in runs) for k in runs[0][name]} for name in targets}
+    return {name: {k: statistics.median(r[name][k] for r in runs if k in r[name]) for k in runs[0][name]} for name in targets}
 
 
 def _ratio(a: float, b: float) -> float:
@@ -261,6 +298,10 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
         "redis/sqlite added p50 (w1)": ("redis-w1", "sqlite-w1", "added_p50"),
         "redis/sqlite added p50 (w2)": ("redis-w2", "sqlite-w2", "added_p50"),
     }
+    for name, f in res.items():
+        if "redis_round_trips" in f:
+            print(f"  {name}: per request {f['redis_round_trips']:.2f} round trips to redis (pipelines read), "
+                  f"{f['redis_scripts']:.2f} scripts, {f['redis_commands']:.1f} commands executed (with the scripts' own)")  # fmt: skip
     ratios = {k: _ratio(res[a][f], res[b][f]) for k, (a, b, f) in pairs.items() if a in res and b in res}
     print("  ratios (rps = requests of the measured rounds / time the rounds took; "
           "added = p50 through the target - p50 direct):")  # fmt: skip
@@ -332,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         before = machine_scaling()
         print(f"cpus: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.2f}  "
               f"history ~{args.size} messages, {args.requests} measured requests per agent, {args.repeat} repeats")  # fmt: skip
-        results = {n: measure(targets, n, args, cpu) for n in args.agents}
+        counter = RedisCounter(redis.url) if args.harness == "lean" else None
+        results = {n: measure(targets, n, args, cpu, counter) for n in args.agents}
         ratios = {n: report(n, r) for n, r in results.items()}
         after = machine_scaling()
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
