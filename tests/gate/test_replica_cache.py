@@ -1,6 +1,7 @@
 """The tracker's cache of a shared store (:mod:`proxy.gate.replica_sync`), driven the
-way the gate drives it — observe, commit or defer, the reply tap, acknowledge — by
-trackers on one shared SQLite file (replicas in one process)."""
+way the gate drives it — observe, commit or defer, the reply tap, acknowledge — by two
+trackers on one shared SQLite file (two replicas in one process). Every request body is
+a new list: the normaliser remembers the last one."""
 
 from __future__ import annotations
 
@@ -36,25 +37,25 @@ async def turn(t: Tracker, msgs: list[dict[str, Any]], answer: str, *, defer: bo
 
 async def test_a_synced_tail_extends_the_hot_history_and_its_memory_account(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite3"
-    a, b, c = (Tracker(SharedSQLiteStore(path)) for _ in range(3))
-    for t in (a, b, c):
+    a, b = (Tracker(SharedSQLiteStore(path)) for _ in range(2))
+    for t in (a, b):
         await t.start()
     try:
         msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "apply revision 3f9a1c2b7d4e"}]
         first = await turn(a, msgs, "applied 3f9a1c2b7d4e")
         cid = first.conversation_id
-        msgs += [{"role": "assistant", "content": "applied 3f9a1c2b7d4e"}, {"role": "user", "content": "now the upload"}]
+        msgs = msgs + [{"role": "assistant", "content": "applied 3f9a1c2b7d4e"}, {"role": "user", "content": "now the upload"}]
         assert (await turn(b, msgs, "upload upl-77f2e9 started")).conversation_id == cid  # hot on b
-        msgs += [{"role": "assistant", "content": "upload upl-77f2e9 started"}, {"role": "user", "content": "status?"}]
-        assert (await turn(c, msgs, "upl-77f2e9 at 40%")).conversation_id == cid  # b's cache is behind
+        msgs = msgs + [{"role": "assistant", "content": "upload upl-77f2e9 started"}, {"role": "user", "content": "status?"}]
+        assert (await turn(a, msgs, "upl-77f2e9 at 40%")).conversation_id == cid  # b's cache is behind
         before = len(b._hot.get(cid).snapshot.messages)  # type: ignore[union-attr]
         rec = b._recs[cid]
-        await b._sync(rec.tenant, rec.namespace)  # c's turn, with its messages
+        await b._sync(rec.tenant, rec.namespace)  # a's turn, with its messages
         hot = b._hot.get(cid)
         assert hot is not None and len(hot.snapshot.messages) == before + 2  # extended, not dropped
         assert b.budget.hot_of(cid) == messages_bytes(hot.snapshot.messages)
         assert b.budget.records_total == sum(record_bytes(r) for r in b._recs.values())
     finally:
-        for t in (a, b, c):
+        for t in (a, b):
             await t.close()
 
