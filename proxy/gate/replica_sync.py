@@ -359,8 +359,13 @@ class ReplicaSync(TrackerParts):
         await self._commit_deferred(obs.conversation_id)
         for _ in range(3):  # the reply's commit (after an early commit of its request: a second)
             busy = rep.busy(obs.conversation_id)
-            if busy is None or rep.deferred(obs.conversation_id):
-                break  # nothing, or a later request's, left for its own reply
+            if busy is None:
+                break
+            if rep.deferred(obs.conversation_id):
+                # a later request's, left for its own reply — but this reply was recorded
+                # into it when it came while its request was committed early: commit now
+                await self._commit_deferred(obs.conversation_id)
+                continue
             with contextlib.suppress(Exception):
                 await asyncio.shield(busy)
             await asyncio.sleep(0)  # a reply recorded after that commit opens its own
