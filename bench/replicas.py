@@ -31,6 +31,11 @@ throughput the machine's CPUs allow ``--workers 2`` (every process of its rounds
 counted, CPU-bound, perfectly balanced) as a multiple of what ``--workers 1``
 measured, and the server CPU per request of one worker over two.
 
+After the rounds it checks that every target tracked what it was sent (:func:`tracked`:
+each conversation's requests recorded as one conversation in the shared state, every
+worker serving some) and stops with an error otherwise. For a Redis target it counts,
+per request, the round trips to ``redis-server``, the scripts and the commands run.
+
 Before and after the rounds it measures how much more pure-Python work two processes do
 than one in the same time on the machine as loaded then (:func:`machine_scaling`): on
 two idle cores 2.0x, on cores shared with other processes less — the most
@@ -47,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import http.client
 import json
 import multiprocessing as mp
 import os
@@ -241,6 +247,51 @@ class RedisCounter:
         return d
 
 
+def _get_json(conn: http.client.HTTPConnection, path: str) -> Any:
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"GET {path}: HTTP {resp.status}")
+    return json.loads(body)
+
+
+def tracked(url: str, workers: int, conversations: int, requests: int) -> dict[str, Any]:
+    """Check that target ``url`` tracked the traffic it was sent — ``conversations``
+    conversations of ``requests`` requests in all, each request recorded as the next
+    one of its conversation (``GET /gate/conversations``: the shared store's view) — and
+    that every one of its ``workers`` tracked some itself (``GET /gate/memory`` on a
+    connection ``/healthz`` says which process holds: a worker's hot histories are the
+    conversations it served). Raises ``RuntimeError`` otherwise: a gate that failed
+    open, forked every request or left a worker idle must not look fast."""
+    host, port = _host_port(url)
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        listed = _get_json(conn, "/gate/conversations?limit=10000")
+    finally:
+        conn.close()
+    convs = listed["conversations"]
+    got = {"conversations": len(convs), "requests": sum(int(c["requests"]) for c in convs), "workers": {}}
+    for _ in range(50):
+        if len(got["workers"]) == workers:
+            break
+        conn = http.client.HTTPConnection(host, port, timeout=30)  # a new connection: the next worker's
+        try:
+            pid = int(_get_json(conn, "/healthz")["pid"])
+            got["workers"][pid] = int(_get_json(conn, "/gate/memory")["hot"])  # same connection, same worker
+        finally:
+            conn.close()
+    problems = []
+    if (got["conversations"], got["requests"]) != (conversations, requests):
+        problems.append(f"{got['conversations']} conversations of {got['requests']} requests tracked, "
+                        f"{conversations} of {requests} sent")  # fmt: skip
+    if len(got["workers"]) != workers or not all(got["workers"].values()):
+        problems.append(f"hot histories per worker {got['workers']} ({workers} workers)")
+    if problems:
+        raise RuntimeError(f"{url} did not track the traffic: " + "; ".join(problems))
+    return got
+
+
 def _host_port(url: str) -> tuple[str, int]:
     host, _, port = url.removeprefix("http://").partition(":")
     return host, int(port)
@@ -376,6 +427,14 @@ def main(argv: list[str] | None = None) -> int:
         counter = RedisCounter(redis.url) if args.harness == "lean" else None
         results = {n: measure(targets, n, args, cpu, counter) for n in args.agents}
         ratios = {n: report(n, r) for n, r in results.items()}
+        sent = sum(n * (args.warmup + args.requests) * args.repeat for n in args.agents)
+        convs = sum(n * args.repeat for n in args.agents)
+        print(f"\ntracked (checked: every conversation and request sent, every worker serving; {convs} "
+              f"conversations of {sent} requests sent per target):")  # fmt: skip
+        for name in args.targets:
+            got = tracked(targets[name], int(name.split("-w")[1]), convs, sent)
+            print(f"  {name:10} {got['conversations']} conversations, {got['requests']} requests; "
+                  f"conversations hot per worker: {sorted(got['workers'].values())}")  # fmt: skip
         after = machine_scaling()
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
         print(f"machine scaling (pure-Python work of 2 processes over 1 in the same time, at the start / end): "
