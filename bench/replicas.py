@@ -238,7 +238,10 @@ class RedisCounter:
     def snapshot(self) -> dict[str, int]:
         stats = self.client.info("commandstats")
         out = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"}
-        out["reads"] = int(self.client.info("stats")["total_reads_processed"])
+        stats = self.client.info("stats")
+        out["reads"] = int(stats["total_reads_processed"])
+        out["bytes_in"] = int(stats["total_net_input_bytes"])
+        out["bytes_out"] = int(stats["total_net_output_bytes"])
         return out
 
     def delta(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -316,7 +319,9 @@ def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
                     cmds = o["cmds"]
                     f["redis_round_trips"] = cmds.get("reads", 0) / n
                     f["redis_scripts"] = (cmds.get("evalsha", 0) + cmds.get("eval", 0)) / n
-                    f["redis_commands"] = sum(v for k, v in cmds.items() if k not in ("multi", "exec", "reads")) / n
+                    f["redis_commands"] = sum(v for k, v in cmds.items() if k not in ("multi", "exec", "reads", "bytes_in", "bytes_out")) / n
+                    f["redis_kb_in"] = cmds.get("bytes_in", 0) / n / 1024
+                    f["redis_kb_out"] = cmds.get("bytes_out", 0) / n / 1024
                 run[name] = f
             runs.append(run)
         else:
@@ -352,7 +357,8 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
     for name, f in res.items():
         if "redis_round_trips" in f:
             print(f"  {name}: per request {f['redis_round_trips']:.2f} round trips to redis (pipelines read), "
-                  f"{f['redis_scripts']:.2f} scripts, {f['redis_commands']:.1f} commands executed (with the scripts' own)")  # fmt: skip
+                  f"{f['redis_scripts']:.2f} scripts, {f['redis_commands']:.1f} commands executed (with the scripts' own), "
+                  f"{f['redis_kb_in']:.1f} KB sent, {f['redis_kb_out']:.1f} KB received")  # fmt: skip
     ratios = {k: _ratio(res[a][f], res[b][f]) for k, (a, b, f) in pairs.items() if a in res and b in res}
     print("  ratios (rps = requests of the measured rounds / time the rounds took; "
           "added = p50 through the target - p50 direct):")  # fmt: skip
