@@ -31,6 +31,11 @@ throughput the machine's CPUs allow ``--workers 2`` (every process of its rounds
 counted, CPU-bound, perfectly balanced) as a multiple of what ``--workers 1``
 measured, and the server CPU per request of one worker over two.
 
+After the rounds it checks that every target tracked what it was sent (:func:`tracked`:
+each conversation's requests recorded as one conversation in the shared state, every
+worker serving some) and stops with an error otherwise. For a Redis target it counts,
+per request, the round trips to ``redis-server``, the scripts and the commands run.
+
 Before and after the rounds it measures how much more pure-Python work two processes do
 than one in the same time on the machine as loaded then (:func:`machine_scaling`): on
 two idle cores 2.0x, on cores shared with other processes less — the most
@@ -47,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import http.client
 import json
 import multiprocessing as mp
 import os
@@ -155,16 +161,18 @@ def _cpu(pids: list[int]) -> float:
 
 
 async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int]]], agents: int,
-                      args: argparse.Namespace, seed: int) -> dict[str, dict[str, Any]]:
+                      args: argparse.Namespace, seed: int,
+                      redis: RedisCounter | None = None) -> dict[str, dict[str, Any]]:
     """``bench.load.run_all``'s interleaved rounds on the lean harness (:mod:`bench.wire`):
     one keep-alive connection per agent, as an agent holds it. Per target the measured
     latencies, the time the rounds took, and CPU seconds per group of processes
     (``cpu[name]``: ``server``, ``redis``, ``fake``; plus ``client``, this process),
-    each counted from the start of the target's round to the end of its pause."""
+    each counted from the start of the target's round to the end of its pause; and for a
+    Redis target the commands ``redis`` counted over the same span (``cmds``)."""
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     pops = {name: [Agent(seed * 1000 + a, args.size) for a in range(agents)] for name in targets}
     conns = {name: [Connection(*_host_port(url), headers) for _ in range(agents)] for name, url in targets.items()}
-    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}} for name in targets}
+    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}, "cmds": {}} for name in targets}
     rng = random.Random(seed)
 
     async def one(c: Connection, agent: Agent, body: bytes) -> float:
@@ -187,6 +195,8 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
             for name in order:
                 bodies = [a.next_body() for a in pops[name]]
                 groups = cpu[name]
+                counted = redis is not None and name.startswith("redis")
+                r0 = redis.snapshot() if counted and redis is not None else {}
                 c0 = {g: _cpu(p) for g, p in groups.items()}
                 me0 = time.process_time()
                 t0 = time.perf_counter()
@@ -201,6 +211,9 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
                     for g, p in groups.items():
                         o["cpu"][g] = o["cpu"].get(g, 0.0) + _cpu(p) - c0[g]
                     o["cpu"]["client"] = o["cpu"].get("client", 0.0) + me
+                    if counted and redis is not None:
+                        for cmd, n in redis.delta(r0, redis.snapshot()).items():
+                            o["cmds"][cmd] = o["cmds"].get(cmd, 0) + n
     finally:
         gc.enable()
         for cs in conns.values():
@@ -209,19 +222,92 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
     return out
 
 
+class RedisCounter:
+    """What ``redis-server`` did between two snapshots: commands executed (``INFO
+    commandstats``: also those a Lua script runs) and ``reads`` — the reads of client
+    sockets it processed (``total_reads_processed``), i.e. the round trips of the
+    store's pipelines (each batch is one write), less this counter's own."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(url)
+        a = self.snapshot()
+        self.own = self.snapshot()["reads"] - a["reads"]  # the reads of one snapshot
+
+    def snapshot(self) -> dict[str, int]:
+        stats = self.client.info("commandstats")
+        out = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"}
+        stats = self.client.info("stats")
+        out["reads"] = int(stats["total_reads_processed"])
+        out["bytes_in"] = int(stats["total_net_input_bytes"])
+        out["bytes_out"] = int(stats["total_net_output_bytes"])
+        return out
+
+    def delta(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+        d = {k: v - a.get(k, 0) for k, v in b.items() if v - a.get(k, 0)}
+        d["reads"] = d.get("reads", 0) - self.own
+        return d
+
+
+def _get_json(conn: http.client.HTTPConnection, path: str) -> Any:
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    if resp.status != 200:
+        raise RuntimeError(f"GET {path}: HTTP {resp.status}")
+    return json.loads(body)
+
+
+def tracked(url: str, workers: int, conversations: int, requests: int) -> dict[str, Any]:
+    """Check that target ``url`` tracked the traffic it was sent — ``conversations``
+    conversations of ``requests`` requests in all, each request recorded as the next
+    one of its conversation (``GET /gate/conversations``: the shared store's view) — and
+    that every one of its ``workers`` tracked some itself (``GET /gate/memory`` on a
+    connection ``/healthz`` says which process holds: a worker's hot histories are the
+    conversations it served). Raises ``RuntimeError`` otherwise: a gate that failed
+    open, forked every request or left a worker idle must not look fast."""
+    host, port = _host_port(url)
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        listed = _get_json(conn, "/gate/conversations?limit=10000")
+    finally:
+        conn.close()
+    convs = listed["conversations"]
+    got = {"conversations": len(convs), "requests": sum(int(c["requests"]) for c in convs), "workers": {}}
+    for _ in range(50):
+        if len(got["workers"]) == workers:
+            break
+        conn = http.client.HTTPConnection(host, port, timeout=30)  # a new connection: the next worker's
+        try:
+            pid = int(_get_json(conn, "/healthz")["pid"])
+            got["workers"][pid] = int(_get_json(conn, "/gate/memory")["hot"])  # same connection, same worker
+        finally:
+            conn.close()
+    problems = []
+    if (got["conversations"], got["requests"]) != (conversations, requests):
+        problems.append(f"{got['conversations']} conversations of {got['requests']} requests tracked, "
+                        f"{conversations} of {requests} sent")  # fmt: skip
+    if len(got["workers"]) != workers or not all(got["workers"].values()):
+        problems.append(f"hot histories per worker {got['workers']} ({workers} workers)")
+    if problems:
+        raise RuntimeError(f"{url} did not track the traffic: " + "; ".join(problems))
+    return got
+
+
 def _host_port(url: str) -> tuple[str, int]:
     host, _, port = url.removeprefix("http://").partition(":")
     return host, int(port)
 
 
 def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
-            cpu: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, float]]:
+            cpu: dict[str, dict[str, list[int]]], redis: RedisCounter | None = None) -> dict[str, dict[str, float]]:
     """Median figures over ``args.repeat`` interleaved runs, each with fresh agents."""
     runs: list[dict[str, dict[str, float]]] = []
     for rep in range(args.repeat):
         seed = 7000 + agents * 100 + rep
         if args.harness == "lean":
-            got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed))
+            got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed, redis))
             direct = pct(got["direct"]["lat"], 50)
             run = {}
             for name, o in got.items():
@@ -229,13 +315,20 @@ def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
                 n = len(o["lat"])
                 for g in ("server", "redis", "fake", "client"):
                     f[f"cpu_{g}"] = o["cpu"].get(g, 0.0) / n
+                if o["cmds"]:
+                    cmds = o["cmds"]
+                    f["redis_round_trips"] = cmds.get("reads", 0) / n
+                    f["redis_scripts"] = (cmds.get("evalsha", 0) + cmds.get("eval", 0)) / n
+                    f["redis_commands"] = sum(v for k, v in cmds.items() if k not in ("multi", "exec", "reads", "bytes_in", "bytes_out")) / n
+                    f["redis_kb_in"] = cmds.get("bytes_in", 0) / n / 1024
+                    f["redis_kb_out"] = cmds.get("bytes_out", 0) / n / 1024
                 run[name] = f
             runs.append(run)
         else:
             got2 = asyncio.run(run_all(targets, args.size, agents, args.requests, args.warmup, seed, gap=args.gap))
             direct = pct(got2["direct"][0], 50)
             runs.append({name: _figures(lat, busy, direct) for name, (lat, busy, _) in got2.items()})
-    return {name: {k: statistics.median(r[name][k] for r in runs) for k in runs[0][name]} for name in targets}
+    return {name: {k: statistics.median(r[name][k] for r in runs if k in r[name]) for k in runs[0][name]} for name in targets}
 
 
 def _ratio(a: float, b: float) -> float:
@@ -261,6 +354,11 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
         "redis/sqlite added p50 (w1)": ("redis-w1", "sqlite-w1", "added_p50"),
         "redis/sqlite added p50 (w2)": ("redis-w2", "sqlite-w2", "added_p50"),
     }
+    for name, f in res.items():
+        if "redis_round_trips" in f:
+            print(f"  {name}: per request {f['redis_round_trips']:.2f} round trips to redis (pipelines read), "
+                  f"{f['redis_scripts']:.2f} scripts, {f['redis_commands']:.1f} commands executed (with the scripts' own), "
+                  f"{f['redis_kb_in']:.1f} KB sent, {f['redis_kb_out']:.1f} KB received")  # fmt: skip
     ratios = {k: _ratio(res[a][f], res[b][f]) for k, (a, b, f) in pairs.items() if a in res and b in res}
     print("  ratios (rps = requests of the measured rounds / time the rounds took; "
           "added = p50 through the target - p50 direct):")  # fmt: skip
@@ -332,8 +430,17 @@ def main(argv: list[str] | None = None) -> int:
         before = machine_scaling()
         print(f"cpus: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.2f}  "
               f"history ~{args.size} messages, {args.requests} measured requests per agent, {args.repeat} repeats")  # fmt: skip
-        results = {n: measure(targets, n, args, cpu) for n in args.agents}
+        counter = RedisCounter(redis.url) if args.harness == "lean" else None
+        results = {n: measure(targets, n, args, cpu, counter) for n in args.agents}
         ratios = {n: report(n, r) for n, r in results.items()}
+        sent = sum(n * (args.warmup + args.requests) * args.repeat for n in args.agents)
+        convs = sum(n * args.repeat for n in args.agents)
+        print(f"\ntracked (checked: every conversation and request sent, every worker serving; {convs} "
+              f"conversations of {sent} requests sent per target):")  # fmt: skip
+        for name in args.targets:
+            got = tracked(targets[name], int(name.split("-w")[1]), convs, sent)
+            print(f"  {name:10} {got['conversations']} conversations, {got['requests']} requests; "
+                  f"conversations hot per worker: {sorted(got['workers'].values())}")  # fmt: skip
         after = machine_scaling()
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
         print(f"machine scaling (pure-Python work of 2 processes over 1 in the same time, at the start / end): "

@@ -29,6 +29,7 @@ from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING
 
 from proxy.core.messages import Message, Snapshot
+from proxy.gate.budget import record_bytes
 from proxy.gate.hints import MAX_LINES
 from proxy.gate.observation import Observation
 from proxy.gate.tracker_parts import TrackerParts
@@ -194,6 +195,7 @@ class ReplicaSync(TrackerParts):
                 old = None
         self._recs[cid] = new
         self._recs.move_to_end(cid)
+        self.budget.set_record(cid, record_bytes(new))
         self._replaced(cid)
         self.index.upsert(self._history(new), ch.keep if old is not None else 0)
         self._refresh_hot(old, new, ch)
@@ -202,8 +204,9 @@ class ReplicaSync(TrackerParts):
         return side
 
     def _refresh_hot(self, old: ConversationRecord | None, new: ConversationRecord, ch: Changed) -> None:
-        """Extend the hot snapshot by the changed tail when its messages came along,
-        else let the conversation go cold (hydrated when a request needs it)."""
+        """Extend the hot snapshot by the changed tail when its messages came along (and
+        its memory account by what changed), else let the conversation go cold (hydrated
+        when a request needs it)."""
         cid = new.id
         hot = self._hot.get(cid)
         msgs = ch.messages
@@ -223,6 +226,7 @@ class ReplicaSync(TrackerParts):
         tail = tuple(msgs[d] for d in ch.tail)
         hot.snapshot = Snapshot(base.dialect, base.system, base.messages[: ch.keep] + tail, base.tools, new.model)
         del hot.cum[ch.keep + 1 :]
+        self._account_hot(cid, base.messages, hot.snapshot.messages, ch.keep)
 
     def _replica_unlined(self, cid: str, msgs: Mapping[str, Message], tail: tuple[str, ...]) -> None:
         """Keep the synced ``tail`` of ``cid`` for :meth:`_remember_synced_lines` (the
@@ -355,8 +359,13 @@ class ReplicaSync(TrackerParts):
         await self._commit_deferred(obs.conversation_id)
         for _ in range(3):  # the reply's commit (after an early commit of its request: a second)
             busy = rep.busy(obs.conversation_id)
-            if busy is None or rep.deferred(obs.conversation_id):
-                break  # nothing, or a later request's, left for its own reply
+            if busy is None:
+                break
+            if rep.deferred(obs.conversation_id):
+                # a later request's, left for its own reply — but this reply was recorded
+                # into it when it came while its request was committed early: commit now
+                await self._commit_deferred(obs.conversation_id)
+                continue
             with contextlib.suppress(Exception):
                 await asyncio.shield(busy)
             await asyncio.sleep(0)  # a reply recorded after that commit opens its own

@@ -49,6 +49,10 @@ def stored_text(text: str) -> str:
     return apply_spans(text, spans_of(text))
 
 
+#: ``json.dumps(x, separators=(",", ":"))`` without building an encoder per call (a
+#: shared store encodes a record and a timeline entry at every commit).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
 #: Metadata fields that are numbers (or ``None``): never redacted.
 _NUMERIC_META = frozenset(
     {"created", "last_seen", "request_len", "tokens", "window", "exact", "seq", "event_seq", "compactions", "side_requests"}
@@ -103,7 +107,7 @@ class TimelineEntry:
     @staticmethod
     def dict_to_json(d: dict[str, Any]) -> str:
         """``to_json`` of an :meth:`as_dict` snapshot (stores serialise off the loop)."""
-        return json.dumps(d, separators=(",", ":"))
+        return _compact(d)
 
     @classmethod
     def from_json(cls, text: str) -> TimelineEntry:
@@ -220,10 +224,10 @@ class ConversationRecord:
         ids, model, gate state, side digests, which seldom change — is redacted as one
         JSON text, remembered (a shared store writes the metadata at every commit)."""
         numbers = {k: v for k, v in d.items() if k in _NUMERIC_META and (v is None or isinstance(v, (int, float)))}
-        text = _stored_json(json.dumps({k: v for k, v in d.items() if k not in numbers}, separators=(",", ":")))
+        text = _stored_json(_compact({k: v for k, v in d.items() if k not in numbers}))
         if not numbers:
             return text
-        plain = json.dumps(numbers, separators=(",", ":"))
+        plain = _compact(numbers)
         return plain if text == "{}" else plain[:-1] + "," + text[1:]
 
     def digests_text(self) -> str:

@@ -10,8 +10,10 @@ committed write that any replica's next read sees. Keys are namespaced by
 
 The client is ``redis.asyncio``. Calls made in the same event-loop step go to Redis in
 one pipeline (a request's sync and another's commit share a round trip), one pipeline
-at a time. A connection that fails while the store was reachable is tried once more on
-a new connection (after a Redis restart every pooled connection is dead; a commit sent
+at a time, written on the store's own connection in one write (several plain reads in
+one batch go in a ``MULTI``/``EXEC`` transaction, through redis-py's pipeline). A
+connection that fails while the store was reachable is tried once more on a new
+connection (after a Redis restart every pooled connection is dead; a commit sent
 twice is refused by its own compare-and-set); otherwise a connection failure marks the
 store unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
 backoff that doubles from 0.1 s to 5 s; the first call after it tries again (a new
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -79,7 +83,9 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _h(text: str) -> str:
+    """The key part of a conversation id or namespace (remembered: every call names keys)."""
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
@@ -100,6 +106,25 @@ def _log_json(entry: dict[str, Any]) -> str:
 
 def _stats_args(stats: Stats | None) -> list[Any]:
     return ["", ""] if stats is None else [stats.seq, json.dumps(stats.as_list())]
+
+
+def _pack(args: Sequence[Any]) -> bytes:
+    """One command in the RESP wire format (as redis-py's encoder writes its arguments:
+    text as UTF-8, numbers by ``repr``)."""
+    from redis.exceptions import DataError
+
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            b = a.encode("utf-8")
+        elif isinstance(a, bytes):
+            b = a
+        elif isinstance(a, (int, float)) and not isinstance(a, bool):
+            b = repr(a).encode()
+        else:
+            raise DataError(f"cannot send a {type(a).__name__}")
+        out += (b"$%d\r\n" % len(b), b, b"\r\n")
+    return b"".join(out)
 
 
 def _record(meta: Any, etag: Any, evseq: Any, stats: Any) -> ConversationRecord:
@@ -214,6 +239,8 @@ class RedisStore(SharedStore):
         self.timeout = timeout
         self.clock = clock
         self._client: Any = None
+        #: the connection of :meth:`_send_plain` (one batch at a time)
+        self._conn: Any = None
         self._shas: dict[str, str] = {}
         self._pipe = _Pipeline(self)
         self.available = True
@@ -257,6 +284,10 @@ class RedisStore(SharedStore):
     async def close(self) -> None:
         await self.flush()
         client, self._client = self._client, None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.disconnect()
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
@@ -312,19 +343,62 @@ class RedisStore(SharedStore):
         for name, text in names.items():
             self._shas[name] = _s(await self._client.script_load(text))
 
+    def _expand(self, c: tuple[Any, ...]) -> tuple[Any, ...]:
+        if c[0] == "SCRIPT":
+            _, name, keys, args = c
+            return ("EVALSHA", self._shas[name], len(keys), *keys, *args)
+        return c
+
     async def _send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         if not self._shas:
             await self._load_scripts()
-        # MULTI/EXEC: the calls of one batch see one state (a record's meta, history and
-        # events read together never mix two commits of another replica)
-        pipe = self._client.pipeline(transaction=True)
-        for c in commands:
-            if c[0] == "SCRIPT":
-                _, name, keys, args = c
-                pipe.execute_command("EVALSHA", self._shas[name], len(keys), *keys, *args)
-            else:
-                pipe.execute_command(*c)
-        return list(await pipe.execute(raise_on_error=False))
+        if sum(1 for c in commands if c[0] != "SCRIPT") > 1:
+            # MULTI/EXEC: the reads of one batch see one state (a record's meta, history
+            # and events read together never mix two commits of another replica); a
+            # script is atomic on its own
+            pipe = self._client.pipeline(transaction=True)
+            for c in commands:
+                pipe.execute_command(*self._expand(c))
+            return list(await pipe.execute(raise_on_error=False))
+        return await self._send_plain(commands)
+
+    async def _send_plain(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands`` in one write on the store's own connection and read their
+        replies (one timeout for the whole batch): redis-py's pipeline builds, encodes
+        and times out every command on its own, which cost more CPU per request than
+        the gate's own bookkeeping of it."""
+        from redis import exceptions as rx
+
+        conn = self._conn
+        if conn is None:
+            pool = self._client.connection_pool
+            conn = self._conn = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
+        results: list[Any] = [None] * len(commands)
+        data: list[bytes] = []
+        sent: list[int] = []
+        for i, c in enumerate(commands):
+            try:
+                data.append(_pack(self._expand(c)))
+                sent.append(i)
+            except (UnicodeEncodeError, rx.DataError) as exc:
+                results[i] = rx.DataError(exc.__class__.__name__)
+        if not sent:
+            return results
+        try:
+            async with asyncio.timeout(self.timeout):
+                await conn.send_packed_command(data, check_health=False)
+                for i in sent:
+                    try:
+                        results[i] = await conn.read_response(disable_decoding=True, timeout=math.inf)
+                    except rx.ResponseError as exc:
+                        results[i] = exc
+        except TimeoutError:
+            await conn.disconnect(nowait=True)
+            raise rx.TimeoutError("redis did not answer in time") from None
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        return results
 
     async def _call(self, *command: Any) -> Any:
         return await self._pipe.submit(*command)
