@@ -120,6 +120,40 @@ def _watch_loop(trace: str, late: float) -> None:
     gc.callbacks.append(on_gc)
 
 
+def _time_callbacks(trace: str, slow: float = 0.004) -> None:
+    """Every event-loop callback that takes more than ``slow`` seconds goes to
+    ``trace``/callbacks.txt: its wall time, the loop thread's own CPU time in it (wall much
+    above CPU: the GIL or the core was elsewhere) and what it ran (for a task step, the
+    coroutine and where it is suspended after the step)."""
+    out = open(os.path.join(trace, "callbacks.txt"), "a", buffering=1)  # noqa: SIM115 - open for the process's life
+    run = asyncio.events.Handle._run
+
+    def describe(handle: asyncio.Handle) -> str:
+        cb = getattr(handle, "_callback", None)
+        task = getattr(cb, "__self__", None)
+        if isinstance(task, asyncio.Task):
+            where = []
+            link: Any = task.get_coro()
+            while link is not None:
+                frame = getattr(link, "cr_frame", None) or getattr(link, "gi_frame", None)
+                if frame is None:
+                    break
+                where.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                link = getattr(link, "cr_await", None) or getattr(link, "gi_yieldfrom", None)
+            return "task " + " > ".join(where[-4:])
+        return f"{getattr(cb, '__qualname__', None) or cb!r:.200}"
+
+    def timed(handle: asyncio.Handle) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        run(handle)
+        wall = time.perf_counter() - t0
+        if wall > slow:
+            cpu = time.thread_time() - c0
+            out.write(f"{time.time():.3f} {wall * 1e3:7.1f} {cpu * 1e3:7.1f} {describe(handle)}\n")
+
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+
 def _dump_tasks(trace: str) -> None:
     """Every asyncio task's stack and every thread's, to ``trace``/tasks.txt (on SIGUSR1:
     sent when a probe times out, to see what it waits for)."""
@@ -176,6 +210,7 @@ def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstrea
         await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
         if trace:
             _watch_loop(trace, 0.1)
+            _time_callbacks(trace)
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks, trace)
         q.put((server.url, os.getpid()))
         await asyncio.Event().wait()
