@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any
 
-__all__ = ["HANDOFF_BYTES", "SLICE", "Output", "Packed", "call", "pack", "supported"]
+__all__ = ["HANDOFF_BYTES", "SLICE", "Joined", "Output", "Packed", "call", "pack", "supported"]
 
 #: Arguments at least this long (characters or bytes) go through shared memory.
 HANDOFF_BYTES = 1 << 20
@@ -61,6 +61,23 @@ class Output:
 
     name: str
     capacity: int
+
+
+class Joined:
+    """``bytes`` pieces that the worker gets as one ``bytes`` (their concatenation):
+    each piece is written into the segment as it is, never joined here. Pickled (no
+    shared memory), it is the joined ``bytes``."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    def __len__(self) -> int:
+        return sum(map(len, self.pieces))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return bytes, (b"".join(self.pieces),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +134,12 @@ class Packed:
 
     def put(self, value: Any) -> Any:
         """``value`` with every long ``str``/``bytes`` in it (inside tuples and lists too)
-        written into a segment and replaced by its reference."""
-        if isinstance(value, (str, bytes)) and len(value) >= HANDOFF_BYTES:
+        written into a segment and replaced by its reference (and a :class:`Joined`'s
+        pieces, one after the other)."""
+        if isinstance(value, (str, bytes, Joined)) and len(value) >= HANDOFF_BYTES:
             name, fd = self._new(0)
             at = 0
-            for piece in _pieces(value):
+            for piece in value.pieces if isinstance(value, Joined) else _pieces(value):
                 _write_all(fd, piece, at)
                 at += len(piece)
             return _Ref(name, at, isinstance(value, str))

@@ -234,15 +234,16 @@ def in_store_worker(fn: Callable[..., T], *args: Any, out: int = 0) -> T:
         return fn(*args)
 
 
-def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
+def submit(fn: Callable[..., T], *args: Any, out: int = 0) -> Future[T] | None:
     """``fn(*args)`` in the request path's worker process (its future, whose exception
     is the worker's failure: ``fn`` must hand its own errors back as values); ``None``
-    when no worker can run it here. A broken worker is restarted on the next call."""
+    when no worker can run it here. A broken worker is restarted on the next call.
+    ``out``: see :meth:`_Worker.submit`."""
     if not _can_spawn():
         return None
     pool = _REQUEST.executor()
     try:
-        fut = _REQUEST.submit(fn, *args)
+        fut = _REQUEST.submit(fn, *args, out=out)
     except (BrokenProcessPool, OSError, RuntimeError) as exc:
         _broken(pool, exc)
         return None
