@@ -20,7 +20,7 @@ from proxy.core.responses import Reply, StreamAssembler, reply_from_json
 from proxy.gate.background import in_daemon_thread
 from proxy.gate.observation import Observation
 from proxy.server.sse import SSESplitter
-from proxy.state import handoff, offload
+from proxy.state import offload, sharedmem
 
 __all__ = ["ASSEMBLE_BYTES", "OFFLOAD_BYTES", "ReplySink", "TrackingTap"]
 
@@ -185,7 +185,7 @@ class TrackingTap:
         nothing — never an error)."""
         events = self._events
         here = self._assembled if status == "ok" else self._assembled_or_none
-        parsing = offload.submit(_stream_elsewhere, self.obs.api, handoff.Joined(events),
+        parsing = offload.submit(_stream_elsewhere, self.obs.api, sharedmem.Joined(events),
                                  out=sum(map(len, events)))
         if parsing is None:  # no worker after all
             self._record(here, status)
@@ -240,7 +240,7 @@ def _stream_elsewhere(api: str, raw: bytes) -> tuple[bytes, bytes]:
     """In the worker: the reply of a stream's events (``raw``: them all, as they came),
     pickled with its long strings as spans of the second item — those strings' UTF-8,
     one after the other — which comes back through shared memory
-    (:mod:`proxy.state.handoff`). Never raises: for a stream that cannot be assembled
+    (:mod:`proxy.state.sharedmem`). Never raises: for a stream that cannot be assembled
     both are empty."""
     try:
         asm = StreamAssembler(api)

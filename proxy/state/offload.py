@@ -34,7 +34,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
-from proxy.state import handoff
+from proxy.state import sharedmem
 
 __all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "in_store_worker", "lower_priority", "prestart", "run", "shutdown", "spans_of", "submit"]
 
@@ -79,7 +79,7 @@ class _Worker:
         to the worker's priority from here, at once: its own initializer runs only after
         it has imported the server's main module (a second of CPU, otherwise taken at the
         server's priority on the loop's core). Long arguments go through shared memory
-        (:mod:`proxy.state.handoff`), and so does the long last item of ``fn``'s result
+        (:mod:`proxy.state.sharedmem`), and so does the long last item of ``fn``'s result
         when ``out`` gives its greatest size in bytes."""
         pool = self.executor()
         fut = self._handed(pool, fn, args, out)
@@ -93,15 +93,15 @@ class _Worker:
 
     @staticmethod
     def _handed(pool: ProcessPoolExecutor, fn: Callable[..., T], args: tuple[Any, ...], out: int) -> Future[T]:
-        if not handoff.supported():
+        if not sharedmem.supported():
             return pool.submit(fn, *args)
         try:
-            packed = handoff.pack(args)
+            packed = sharedmem.pack(args)
             output = packed.output(out) if out else None
         except OSError:  # no room in shared memory: through the pipe
             return pool.submit(fn, *args)
         try:
-            inner = pool.submit(handoff.call, fn, packed.args, output)
+            inner = pool.submit(sharedmem.call, fn, packed.args, output)
         except BaseException:
             packed.release()
             raise

@@ -277,7 +277,7 @@ def _json_str(text: str) -> str:
 Row = str | bytes | bytearray
 
 #: A message's fields as the store's worker gets them: plain tuples, so the long texts
-#: among them travel through shared memory (:mod:`proxy.state.handoff`).
+#: among them travel through shared memory (:mod:`proxy.state.sharedmem`).
 _Fields = tuple[str, str | None, tuple[tuple[str, str, str | None, str | None, bool, str | None], ...], str]
 
 
