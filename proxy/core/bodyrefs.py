@@ -76,7 +76,8 @@ class _Unpickler(pickle.Unpickler):
         start, end = pid
         text = self.made.get((start, end))
         if text is None:
-            text = self.made[(start, end)] = self.body[start:end].decode("utf-8")
+            # decoded from a view: slicing ``body`` first would copy the span once more
+            text = self.made[(start, end)] = str(memoryview(self.body)[start:end], "utf-8")
         return text
 
 
