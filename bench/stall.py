@@ -21,7 +21,7 @@ possible and what is measured is the proxy. Placement as in
 ``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
 on the other.
 
-    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR [--dump-after S]]
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR [--dump-after S] [--callbacks]]
 
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
 100 ms late, the stacks of all its threads (``DIR/stalls.txt``, with every cyclic-GC
@@ -120,6 +120,40 @@ def _watch_loop(trace: str, late: float) -> None:
     gc.callbacks.append(on_gc)
 
 
+def _time_callbacks(trace: str, slow: float = 0.004) -> None:
+    """Every event-loop callback that takes more than ``slow`` seconds goes to
+    ``trace``/callbacks.txt: its wall time, the loop thread's own CPU time in it (wall much
+    above CPU: the GIL or the core was elsewhere) and what it ran (for a task step, the
+    coroutine and where it is suspended after the step)."""
+    out = open(os.path.join(trace, "callbacks.txt"), "a", buffering=1)  # noqa: SIM115 - open for the process's life
+    run = asyncio.events.Handle._run
+
+    def describe(handle: asyncio.Handle) -> str:
+        cb = getattr(handle, "_callback", None)
+        task = getattr(cb, "__self__", None)
+        if isinstance(task, asyncio.Task):
+            where = []
+            link: Any = task.get_coro()
+            while link is not None:
+                frame = getattr(link, "cr_frame", None) or getattr(link, "gi_frame", None)
+                if frame is None:
+                    break
+                where.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                link = getattr(link, "cr_await", None) or getattr(link, "gi_yieldfrom", None)
+            return "task " + " > ".join(where[-4:])
+        return f"{getattr(cb, '__qualname__', None) or cb!r:.200}"
+
+    def timed(handle: asyncio.Handle) -> None:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        run(handle)
+        wall = time.perf_counter() - t0
+        if wall > slow:
+            cpu = time.thread_time() - c0
+            out.write(f"{time.time():.3f} {wall * 1e3:7.1f} {cpu * 1e3:7.1f} {describe(handle)}\n")
+
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+
 def _dump_tasks(trace: str) -> None:
     """Every asyncio task's stack and every thread's, to ``trace``/tasks.txt (on SIGUSR1:
     sent when a probe times out, to see what it waits for)."""
@@ -146,7 +180,7 @@ def _dump_tasks(trace: str) -> None:
 
 
 def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream: str, state_dir: str,
-                 trace: str | None = None) -> None:
+                 trace: str | None = None, callbacks: bool = False) -> None:
     """The served product (tracking + the default policy, SQLite state), sending the
     large traffic to its own fake upstream so the probes' small requests never queue
     behind it there (only, if at all, in the proxy). With ``trace``, the loop's stalls
@@ -176,6 +210,8 @@ def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstrea
         await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
         if trace:
             _watch_loop(trace, 0.1)
+            if callbacks:
+                _time_callbacks(trace)
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks, trace)
         q.put((server.url, os.getpid()))
         await asyncio.Event().wait()
@@ -386,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gil-profile", action=argparse.BooleanOptionalAction, default=True,
                     help="with --trace and py-spy installed: sample who holds the GIL under load (default on; "
                     "sampling slows the proxy, and so changes the load it sees)")
+    ap.add_argument("--callbacks", action="store_true",
+                    help="with --trace: log every event-loop callback over 4 ms, with its CPU time, to callbacks.txt "
+                    "(timing every callback slows the loop a little)")
     ap.add_argument("--dump-after", type=float, default=PROBE_TIMEOUT, metavar="S",
                     help="with --trace: dump the proxy's tasks whenever a probe is still in flight after S "
                     f"seconds (default: only when it times out, {PROBE_TIMEOUT:.0f} s)")
@@ -412,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         # not daemonic, as ``compaction-gate serve`` is not: the proxy may start a worker
         # process of its own (proxy.state.offload)
         p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir,
-                                                  args.trace), daemon=False)
+                                                  args.trace, args.callbacks), daemon=False)
         p.start()
         procs.append(p)
         url, pid = q.get(timeout=120)

@@ -19,7 +19,7 @@ import io
 import pickle
 from typing import Any
 
-__all__ = ["MIN_CHARS", "dumps", "loads"]
+__all__ = ["MIN_CHARS", "dumps", "loads", "long_strings"]
 
 #: Strings from this many characters on travel as a span of the body when they can.
 MIN_CHARS = 1 << 16
@@ -76,8 +76,36 @@ class _Unpickler(pickle.Unpickler):
         start, end = pid
         text = self.made.get((start, end))
         if text is None:
-            text = self.made[(start, end)] = self.body[start:end].decode("utf-8")
+            # decoded from a view: slicing ``body`` first would copy the span once more
+            text = self.made[(start, end)] = str(memoryview(self.body)[start:end], "utf-8")
         return text
+
+
+class _Collector(pickle.Pickler):
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.found: dict[int, str] = {}
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if type(obj) is not str or len(obj) < MIN_CHARS:
+            return None
+        self.found.setdefault(id(obj), obj)
+        return id(obj)  # not pickled: only looked for
+
+
+def long_strings(value: Any) -> bytes:
+    """The UTF-8 of every long string in ``value`` (each object once; those with a lone
+    surrogate left out), one after the other: a body for :func:`dumps` when ``value``
+    was not decoded from one (a stream's reply, assembled from its events)."""
+    collector = _Collector(io.BytesIO())
+    collector.dump(value)
+    out = []
+    for text in collector.found.values():
+        try:
+            out.append(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            continue
+    return b"".join(out)
 
 
 def dumps(value: Any, body: bytes) -> bytes:

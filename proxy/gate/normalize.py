@@ -73,6 +73,30 @@ class _Entry:
     #: id() of the last item when remembered (its key in the identity index; kept so a
     #: later change to the list cannot strand the index entry)
     last_id: int | None = None
+    #: :func:`_sig` of the first and the last item, once compared
+    sigs: tuple[Any, Any] | None = None
+
+
+#: Strings longer than this are summarised by :func:`_sig`.
+_SIG_CHARS = 64
+
+
+def _sig(item: Any) -> Any:
+    """A bounded summary of a parsed JSON item that two equal items always share (equal
+    under ``==``): long strings by their length and three short samples, lists by their
+    length and first elements, objects key by key. Comparing summaries first rejects,
+    without a pass over it, an item that differs from another only deep inside a long
+    text — two 10 MB texts alike up to their end cost a 10 MB ``memcmp`` (issue 16)."""
+    if isinstance(item, str):
+        n = len(item)
+        if n <= _SIG_CHARS:
+            return item
+        return n, item[:8], item[n // 2 : n // 2 + 8], item[-8:]
+    if isinstance(item, dict):
+        return tuple(sorted((k, _sig(v)) for k, v in item.items() if isinstance(k, str))), len(item)
+    if isinstance(item, list):
+        return len(item), tuple(_sig(v) for v in item[:4])
+    return item
 
 
 def _items(api: str, body: Mapping[str, Any]) -> list[Any] | None:
@@ -241,13 +265,25 @@ class IncrementalNormalizer:
 
 def _by_comparison(bucket: OrderedDict[str, _Entry], api: str, items: list[Any]) -> tuple[_Entry | None, str | None]:
     """The remembered request with the longest items that ``items`` starts with, by
-    comparing (C-level ``==`` over the parsed JSON; ends first, a cheap rejection)."""
+    comparing (C-level ``==`` over the parsed JSON; ends first, and their summaries
+    before them, :func:`_sig`: cheap rejections)."""
     best: _Entry | None = None
     best_key: str | None = None
     n = len(items)
+    sigs: dict[int, Any] = {}
+
+    def sig(i: int) -> Any:
+        if i not in sigs:
+            sigs[i] = _sig(items[i])
+        return sigs[i]
+
     for key, e in reversed(bucket.items()):
         k = len(e.items)
         if e.api != api or k > n or not e.norm.snapshot.messages or k == 0:
+            continue
+        if e.sigs is None:
+            e.sigs = (_sig(e.items[0]), _sig(e.items[k - 1]))
+        if sig(0) != e.sigs[0] or sig(k - 1) != e.sigs[1]:
             continue
         if items[0] != e.items[0] or items[k - 1] != e.items[k - 1] or items[:k] != e.items:
             continue

@@ -19,7 +19,8 @@ from proxy.core import bodyrefs
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
 from proxy.gate.background import in_daemon_thread
 from proxy.gate.observation import Observation
-from proxy.state import offload
+from proxy.server.sse import SSESplitter
+from proxy.state import offload, sharedmem
 
 __all__ = ["ASSEMBLE_BYTES", "OFFLOAD_BYTES", "ReplySink", "TrackingTap"]
 
@@ -48,8 +49,16 @@ OFFLOAD_BYTES = 1 << 20
 
 #: Stream bytes a :class:`TrackingTap` keeps unparsed: past them the events kept are
 #: parsed at once (~1-2 ms of work), so that the reply of a 10 MB stream is not parsed in
-#: one piece of ~0.5 s when it ends.
+#: one piece of ~0.5 s when it ends — unless the stream goes to the worker process
+#: (:data:`MAX_KEPT_BYTES`).
 ASSEMBLE_BYTES = 1 << 18
+
+#: A stream longer than :data:`ASSEMBLE_BYTES` keeps its events unparsed, up to this many
+#: bytes, and is assembled in the request path's worker process when it ends: parsing
+#: a 10 MB stream's events on the loop, even a bounded piece at a time, was a fifth of
+#: the loop's GIL time under ``bench.stall``'s load (issue 16). Past this size (or where
+#: no worker can run) the events kept are parsed here after all, as they come.
+MAX_KEPT_BYTES = 64 << 20
 
 
 class TrackingTap:
@@ -73,6 +82,9 @@ class TrackingTap:
         self._events: list[bytes] = []
         self._pending = 0
         self._asm: StreamAssembler | None = None
+        #: the stream's events are kept whole, for the worker (see MAX_KEPT_BYTES)
+        self._keep: bool | None = None
+        self._kept = 0
         self._done = False
         self.settles = tracker.shared
 
@@ -122,7 +134,11 @@ class TrackingTap:
         self._events.append(raw_event)
         self._pending += len(raw_event)
         if self._pending > ASSEMBLE_BYTES:
-            self._assemble()  # a long stream is parsed as it goes, a bounded piece at a time
+            if self._keep is None:
+                self._keep = _can_offload()
+            if not self._keep or self._pending > MAX_KEPT_BYTES:
+                self._keep = False
+                self._assemble()  # a long stream is parsed as it goes, a bounded piece at a time
         return [raw_event]
 
     def _assemble(self) -> StreamAssembler:
@@ -140,6 +156,9 @@ class TrackingTap:
         return self._assemble().result()
 
     def finish(self) -> list[bytes]:
+        if self._keep and self._asm is None:  # a long stream, its events kept whole: the worker's
+            self._finish_elsewhere("ok")
+            return []
         if self._asm is None:  # a short stream: assembled when it is recorded
             self._record(self._assembled, "ok")
             return []
@@ -160,14 +179,42 @@ class TrackingTap:
         self._record(reply, "ok", _in_thread(assemble))  # at the loop's priority: a drain may wait for it
         return []
 
-    def closed(self, reason: str) -> None:
-        def reply() -> Reply | None:
-            try:
-                return self._assembled()
-            except Exception:  # noqa: BLE001 - cut short mid-event: nothing usable
-                return None
+    def _finish_elsewhere(self, status: str) -> None:
+        """The kept events assembled in the worker, the reply recorded with ``status``
+        once it is done (a stream cut short, ``status`` not ``ok``: what arrived, or
+        nothing — never an error)."""
+        events = self._events
+        here = self._assembled if status == "ok" else self._assembled_or_none
+        parsing = offload.submit(_stream_elsewhere, self.obs.api, sharedmem.Joined(events),
+                                 out=sum(map(len, events)))
+        if parsing is None:  # no worker after all
+            self._record(here, status)
+            return
 
-        self._record(reply, reason)
+        def reply() -> Reply | None:
+            if not (parsing.done() and not parsing.cancelled() and parsing.exception() is None):
+                parsing.cancel()  # drained before the worker was done (or it failed): here
+                return here()
+            pickled, texts = parsing.result()
+            if pickled:
+                return bodyrefs.loads(pickled, texts)[0]  # type: ignore[no-any-return]
+            if status != "ok":
+                return None
+            raise ValueError("the stream's events could not be assembled")
+
+        self._record(reply, status, asyncio.wrap_future(parsing))
+
+    def _assembled_or_none(self) -> Reply | None:
+        try:
+            return self._assembled()
+        except Exception:  # noqa: BLE001 - cut short mid-event: nothing usable
+            return None
+
+    def closed(self, reason: str) -> None:
+        if self._keep and self._asm is None:
+            self._finish_elsewhere(reason)
+            return
+        self._record(self._assembled_or_none, reason)
 
 
 def _reply_of(api: str, body: bytes) -> tuple[Reply | None]:
@@ -177,6 +224,36 @@ def _reply_of(api: str, body: bytes) -> tuple[Reply | None]:
         return (reply_from_json(api, json.loads(body)),)
     except Exception:  # noqa: BLE001 - not JSON, too deep, ...: no reply to record
         return (None,)
+
+
+def _can_offload() -> bool:
+    """Whether a long stream can be assembled in the worker: there is an event loop (the
+    reply is recorded once the worker is done) and a worker can run here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return offload.can_offload()
+
+
+def _stream_elsewhere(api: str, raw: bytes) -> tuple[bytes, bytes]:
+    """In the worker: the reply of a stream's events (``raw``: them all, as they came),
+    pickled with its long strings as spans of the second item — those strings' UTF-8,
+    one after the other — which comes back through shared memory
+    (:mod:`proxy.state.sharedmem`). Never raises: for a stream that cannot be assembled
+    both are empty."""
+    try:
+        asm = StreamAssembler(api)
+        for event in SSESplitter().feed(raw):
+            try:  # noqa: SIM105 - per SSE event, as TrackingTap._assemble
+                asm.feed(event)
+            except Exception:  # noqa: BLE001 - a malformed event is skipped, as it streamed
+                pass
+        got: tuple[Reply | None] = (asm.result(),)
+    except Exception:  # noqa: BLE001 - nothing usable
+        return b"", b""
+    texts = bodyrefs.long_strings(got)
+    return bodyrefs.dumps(got, texts), texts
 
 
 def _in_thread(fn: Callable[[], None]) -> asyncio.Future[Any] | None:

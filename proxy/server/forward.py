@@ -46,6 +46,7 @@ from proxy.server.record import (
 )
 from proxy.server.relay import relay
 from proxy.server.routes import Route, classify, route_template
+from proxy.server.sliced import body_payload
 from proxy.server.state import CONFIG_KEY, INTERCEPTOR_KEY, SESSION_KEY
 from proxy.server.upstream import apply_credentials, proxy_for, select_upstream, target_url
 from proxy.server.websocket import is_websocket, relay_websocket
@@ -335,7 +336,7 @@ async def _forward(
     url = target_url(upstream, route.dialect, request.raw_path)
 
     deferred = AfterSend(decision.after_send) if decision.after_send is not None else None
-    data: Any = body if body else None
+    data: Any = body_payload(body) if body else None
     if deferred is not None:
         data = deferred.body(body)
     sent_at = time.perf_counter()
@@ -375,7 +376,7 @@ async def _forward(
                 return await session.request(
                     request.method,
                     url,
-                    data=again,
+                    data=body_payload(again),
                     headers=headers,
                     allow_redirects=False,
                     proxy=proxy_for(url, request.app[CONFIG_KEY].server),

@@ -29,6 +29,7 @@ from proxy.server.record import (
     upstream_failure,
 )
 from proxy.server.routes import Route
+from proxy.server.sliced import body_payload
 from proxy.server.sse import SSESplitter
 from proxy.server.state import CONFIG_KEY
 
@@ -62,7 +63,7 @@ class _Relay:
         resp = (
             web.StreamResponse(status=up.status, reason=up.reason, headers=self.headers)
             if body is None
-            else web.Response(status=up.status, reason=up.reason, headers=self.headers, body=body)
+            else web.Response(status=up.status, reason=up.reason, headers=self.headers, body=body_payload(body))
         )
         resp.headers.update(gate_headers(self.rec, self.decision))
         resp.headers.update(self.extra)

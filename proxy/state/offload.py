@@ -29,13 +29,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
+from proxy.state import sharedmem
 
-__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "lower_priority", "prestart", "run", "shutdown", "spans_of", "submit"]
+__all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "in_store_worker", "lower_priority", "prestart", "run", "shutdown", "spans_of", "submit"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,19 +74,60 @@ class _Worker:
                 )
             return self._pool
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def submit(self, fn: Callable[..., T], *args: Any, out: int = 0) -> Future[T]:
         """``fn(*args)`` in the worker; a process the pool has just started is lowered
         to the worker's priority from here, at once: its own initializer runs only after
         it has imported the server's main module (a second of CPU, otherwise taken at the
-        server's priority on the loop's core)."""
+        server's priority on the loop's core). Long arguments go through shared memory
+        (:mod:`proxy.state.sharedmem`), and so does the long last item of ``fn``'s result
+        when ``out`` gives its greatest size in bytes."""
         pool = self.executor()
-        fut = pool.submit(fn, *args)
+        fut = self._handed(pool, fn, args, out)
         processes = getattr(pool, "_processes", None) or {}
         for pid in list(processes):
             if pid not in self._lowered:
                 self._lowered.add(pid)
                 with contextlib.suppress(OSError):
                     os.setpriority(os.PRIO_PROCESS, pid, _target_nice(self.nice))
+        return fut
+
+    @staticmethod
+    def _handed(pool: ProcessPoolExecutor, fn: Callable[..., T], args: tuple[Any, ...], out: int) -> Future[T]:
+        if not sharedmem.supported():
+            return pool.submit(fn, *args)
+        try:
+            packed = sharedmem.pack(args)
+            output = packed.output(out) if out else None
+        except OSError:  # no room in shared memory: through the pipe
+            return pool.submit(fn, *args)
+        try:
+            inner = pool.submit(sharedmem.call, fn, packed.args, output)
+        except BaseException:
+            packed.release()
+            raise
+        fut: Future[T] = Future()
+
+        def done(f: Future[Any]) -> None:
+            # the segments are released before the caller is woken (it may check for them)
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                if not f.cancelled() and (error := f.exception()) is None:
+                    result = packed.finish(f.result(), output) if output else f.result()
+            except BaseException as exc:  # noqa: BLE001 - reading the output failed
+                error = exc
+            finally:
+                packed.release()
+            with contextlib.suppress(InvalidStateError):  # cancelled by its caller meanwhile
+                if f.cancelled():
+                    fut.cancel()
+                elif error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(result)
+
+        inner.add_done_callback(done)
+        fut.add_done_callback(lambda f: f.cancelled() and inner.cancel())
         return fut
 
     def discard(self, pool: ProcessPoolExecutor) -> None:
@@ -170,26 +212,38 @@ def spans_of(text: str) -> list[tuple[int, int, str, str]]:
     """:func:`~proxy.core.redaction.secret_spans` of ``text`` with the default detectors:
     in the worker process for a text over :data:`OFFLOAD_CHARS`, else here. Blocking
     (call it from a worker thread, as the stores' writers do)."""
-    if len(text) <= OFFLOAD_CHARS or not _can_spawn():
+    if len(text) <= OFFLOAD_CHARS:
         return secret_spans(text)
+    return in_store_worker(secret_spans, text)
+
+
+def in_store_worker(fn: Callable[..., T], *args: Any, out: int = 0) -> T:
+    """``fn(*args)`` in the store's worker process, or here when no worker can run it
+    (or it broke: it is restarted on the next call). ``fn`` must be pure — the result is
+    the same either way — and must not raise. ``out``: see :meth:`_Worker.submit` (the
+    long last item then comes back as a ``bytearray``). Blocking: call it from a writer
+    thread, which waits without the GIL."""
+    if not _can_spawn():
+        return fn(*args)
     pool = _STORE.executor()
     try:
-        return _STORE.submit(secret_spans, text).result()
-    except Exception as exc:  # noqa: BLE001 - a broken or refused worker: scan here
-        log.warning("redaction worker unavailable (%s); scanning in-process", type(exc).__name__)
+        return _STORE.submit(fn, *args, out=out).result()
+    except Exception as exc:  # noqa: BLE001 - a broken or refused worker: run it here
+        log.warning("store worker unavailable (%s); working in-process", type(exc).__name__)
         _STORE.discard(pool)
-        return secret_spans(text)
+        return fn(*args)
 
 
-def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
+def submit(fn: Callable[..., T], *args: Any, out: int = 0) -> Future[T] | None:
     """``fn(*args)`` in the request path's worker process (its future, whose exception
     is the worker's failure: ``fn`` must hand its own errors back as values); ``None``
-    when no worker can run it here. A broken worker is restarted on the next call."""
+    when no worker can run it here. A broken worker is restarted on the next call.
+    ``out``: see :meth:`_Worker.submit`."""
     if not _can_spawn():
         return None
     pool = _REQUEST.executor()
     try:
-        fut = _REQUEST.submit(fn, *args)
+        fut = _REQUEST.submit(fn, *args, out=out)
     except (BrokenProcessPool, OSError, RuntimeError) as exc:
         _broken(pool, exc)
         return None

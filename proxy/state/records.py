@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.messages import Message, Part, make_message
-from proxy.core.redaction import apply_spans
-from proxy.state.offload import spans_of
+from proxy.core.redaction import apply_spans, secret_spans
+from proxy.state.offload import OFFLOAD_CHARS, in_store_worker, spans_of
 
 __all__ = [
     "COMPACTION_KINDS",
@@ -270,42 +270,66 @@ def _utf8_safe(text: str) -> bool:
     return True
 
 
-def _row_json(m: Message, texts: list[str], digest: str | None, ensure_ascii: bool) -> str:
-    """``json.dumps([role, name, parts(, digest)], separators=(",", ":"))`` with
-    ``texts`` as the parts' texts, long texts encoded a slice at a time."""
+def _json_str(text: str) -> str:
+    """``text`` as a JSON string literal that encodes as UTF-8: raw where it can be,
+    with ASCII escapes where it has lone surrogates (valid JSON escapes in a request,
+    which load back to the same text). Each literal decides alone: a row may mix both."""
+    return _text_json(text, ensure_ascii=not _utf8_safe(text))
+
+
+#: A stored message row: JSON text, or its UTF-8 bytes (a row built in the store's worker).
+Row = str | bytes | bytearray
+
+#: A message's fields as the store's worker gets them: plain tuples, so the long texts
+#: among them travel through shared memory (:mod:`proxy.state.sharedmem`).
+_Fields = tuple[str, str | None, tuple[tuple[str, str, str | None, str | None, bool, str | None], ...], str]
+
+
+def _row(fields: _Fields, stored: Callable[[str], str]) -> list[str]:
+    """The pieces of a row's JSON, each part's text stored by ``stored`` (its secrets
+    redacted), plus the original digest when that changed a text."""
+    role, name, parts, digest = fields
+
     def dumps(v: object) -> str:
-        return json.dumps(v, separators=(",", ":"), ensure_ascii=ensure_ascii)
+        return _json_str(v) if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
-    parts = ",".join(
-        f"[{dumps(p.kind)},{_text_json(t, ensure_ascii)},"
-        f"{dumps([p.tool_name, p.tool_call_id, p.is_error, p.payload_digest])[1:-1]}]"
-        for p, t in zip(m.parts, texts, strict=True)
-    )
-    tail = "" if digest is None else "," + dumps(digest)
-    return f"[{dumps(m.role)},{dumps(m.name)},[{parts}]{tail}]"
-
-
-def message_to_json(m: Message) -> str:
-    """Compact JSON of a message as stored: parts with their secrets redacted, plus the
-    original digest when redaction changed the text (else it is recomputed on load).
-    Always encodable as UTF-8: text with lone surrogates (valid JSON escapes in a
-    request) is written with ASCII escapes, which load back to the same text. A long
-    text is encoded a bounded slice at a time (:func:`_text_json`)."""
+    pieces = [f"[{dumps(role)},{dumps(name)},["]
     redacted = False
-    texts = []
-    for p in m.parts:
-        text = stored_text(p.text) if p.text else p.text
-        redacted = redacted or text is not p.text
-        texts.append(text)
-    digest = m.digest if redacted else None
-    ascii_only = not all(_utf8_safe(t) for t in texts) or not all(
-        _utf8_safe(x) for x in (m.role, m.name or "", *(p.tool_name or "" for p in m.parts),
-                                *(p.tool_call_id or "" for p in m.parts), *(p.payload_digest or "" for p in m.parts))
-    )
-    return _row_json(m, texts, digest, ensure_ascii=ascii_only)
+    for i, (kind, text, *tail) in enumerate(parts):
+        kept = stored(text) if text else text
+        redacted = redacted or kept is not text
+        pieces += ["," if i else "", f"[{dumps(kind)},", _json_str(kept), "," + ",".join(map(dumps, tail)) + "]"]
+    pieces.append(f"],{dumps(digest)}]" if redacted else "]]")
+    return pieces
 
 
-def message_from_json(text: str) -> Message:
+def _worker_row(fields: _Fields) -> tuple[bytes]:
+    """The row's UTF-8 bytes, built in the store's worker process (scanned and encoded
+    there, neither holds the server's GIL)."""
+    return (b"".join(p.encode("utf-8") for p in _row(fields, lambda t: apply_spans(t, secret_spans(t)))),)
+
+
+def message_to_json(m: Message) -> Row:
+    """Compact JSON of a message as stored: parts with their secrets redacted, plus the
+    original digest when redaction changed a text (else it is recomputed on load).
+    Always encodable as UTF-8 (:func:`_json_str`). A message with a text over
+    :data:`~proxy.state.offload.OFFLOAD_CHARS` is redacted and encoded in the store's
+    worker process (a 10 MB text's encoding alone held the GIL — and so the event loop —
+    for ~20% of the time under ``bench.stall``'s load; issue 16); the row is then its
+    UTF-8 bytes, which load the same (:func:`message_from_json`)."""
+    fields: _Fields = (m.role, m.name, tuple((p.kind, p.text, p.tool_name, p.tool_call_id, p.is_error,
+                                              p.payload_digest) for p in m.parts), m.digest)
+    chars = sum(len(p.text) for p in m.parts)
+    if any(len(p.text) > OFFLOAD_CHARS for p in m.parts):
+        # at most 12 bytes a character (a non-BMP one as two \\u escapes), plus the rest
+        (row,) = in_store_worker(_worker_row, fields, out=12 * chars + 4096)
+        return row
+    return "".join(_row(fields, stored_text))
+
+
+def message_from_json(text: Row) -> Message:
+    """The message of a stored row (:func:`message_to_json`): its JSON text or the
+    UTF-8 bytes of it."""
     row = json.loads(text)
     role, name, parts = row[0], row[1], row[2]
     msg = make_message(role, (Part(k, t, tn, tc, bool(e), pd) for k, t, tn, tc, e, pd in parts), name)

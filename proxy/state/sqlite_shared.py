@@ -118,7 +118,7 @@ class _Rows:
     """What a change writes besides its record, encoded and redacted (before the write
     lock is taken)."""
 
-    messages: list[tuple[str, str | bytes]]
+    messages: list[tuple[str, str | bytes | bytearray]]
     blobs: list[tuple[str, Any]]
     timeline: list[tuple[int, str]]
     events: list[str]

@@ -94,6 +94,7 @@ def _events(pieces: list[str]) -> list[bytes]:
 async def test_a_long_streams_reply_is_assembled_in_a_thread_the_same(monkeypatch: pytest.MonkeyPatch,
                                                                      drained: bool) -> None:
     monkeypatch.setattr(replytap, "ASSEMBLE_BYTES", 64)  # "long" past 64 bytes of events
+    monkeypatch.setattr(replytap, "_can_offload", lambda: False)  # no worker process here
     pieces = [f"piece {i} of revision 4f1c2b9e; " for i in range(40)]
     t = await new_tracker()
     obs = await t.observe(exchange({**body(MSGS), "stream": True}))
@@ -111,4 +112,38 @@ async def test_a_long_streams_reply_is_assembled_in_a_thread_the_same(monkeypatc
     assert rec is not None and rec.timeline[-1].status == "ok" and rec.timeline[-1].reply_messages == 1
     hist = await t.history(obs.conversation_id)
     assert hist is not None and hist.messages[-1].text == "".join(pieces)
+    await t.close()
+
+
+@pytest.mark.parametrize(("piece", "close"), [(40, None), (1 << 18, None), (1 << 18, "client_closed")])
+async def test_a_long_streams_reply_is_assembled_in_the_worker_process_the_same(
+        monkeypatch: pytest.MonkeyPatch, piece: int, close: str | None) -> None:
+    """Its events kept whole and assembled in the worker (through shared memory past
+    1 MiB): the same reply, recorded once the worker is done; a stream cut short too."""
+    from proxy.state import offload
+
+    if not offload.can_offload():
+        pytest.skip("no worker process can run here")
+    monkeypatch.setattr(replytap, "ASSEMBLE_BYTES", 64)
+    pieces = [f"piece {i} of revision 4f1c2b9e; " + "x" * piece for i in range(8)]
+    t = await new_tracker()
+    obs = await t.observe(exchange({**body(MSGS), "stream": True}))
+    assert obs is not None
+    tap = t.tap(obs)
+    for ev in _events(pieces):
+        assert tap.feed_event(ev) == [ev]
+    assert tap._asm is None and tap._keep  # kept whole, not parsed here
+    if close is None:
+        assert tap.finish() == []
+    else:
+        tap.closed(close)
+    for _ in range(600):
+        rec = t._recs[obs.conversation_id]
+        if rec.timeline[-1].status is not None and rec.timeline[-1].reply_messages:
+            break
+        await asyncio.sleep(0.05)
+    assert rec.timeline[-1].status == (close or "ok") and rec.timeline[-1].reply_messages == 1
+    hist = await t.history(obs.conversation_id)
+    assert hist is not None and hist.messages[-1].text == "".join(pieces)
+    assert offload._REQUEST._pool is not None  # it was the worker's
     await t.close()

@@ -1,5 +1,6 @@
 """A long stream's reply is parsed as it streams, a bounded piece at a time (issue 16),
-and is the same reply as one reassembled from all its events at the end."""
+or assembled in the worker process from all its events at the end, and is the same
+reply as one reassembled from all its events here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core import bodyrefs
 from proxy.core.responses import Reply
 from proxy.gate import replytap
 from proxy.gate.replytap import TrackingTap
@@ -72,6 +74,9 @@ def test_a_stream_parsed_as_it_goes_is_the_reply_reassembled_at_its_end(
     piecewise = _reply(events, every, close)
     whole = _reply(events, 1 << 40, close)
     assert piecewise == whole
+    # assembled in the worker process from all the events, as they came: the same reply
+    pickled, texts = replytap._stream_elsewhere("chat", b"".join(events))
+    assert bodyrefs.loads(pickled, texts)[0] == whole[0]
     reply, _ = piecewise
     text = "".join(pieces)
     if text:
