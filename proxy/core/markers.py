@@ -35,14 +35,32 @@ _WS = re.compile(r"\s+")
 _TAG = re.compile(r" ?(</?[a-z][\w:.-]*>) ?")
 
 
-def fold(text: str) -> str:
-    """The form markers are matched on: lower case, runs of whitespace collapsed, and no
-    whitespace next to an XML-style tag (``<role>\\nX\\n</role>`` folds like
-    ``<role>X</role>``: prompts lay tags out on their own lines, marker files inline)."""
+def _fold(text: str) -> str:
     folded = _WS.sub(" ", text).strip().lower()
     if "<" in folded:
         folded = _TAG.sub(r"\1", folded)
     return folded
+
+
+#: Folded texts are remembered (:func:`fold`): the same system prompt, last user message
+#: and header values come back with every request of a conversation. Short texts (up to
+#: :data:`_FOLD_SHORT` characters, most of them) in one memo, long ones (a system prompt)
+#: in a smaller one: a few MB at most.
+_FOLD_SHORT = 4096
+_FOLD_LONG = 1 << 18
+_fold_short = functools.lru_cache(maxsize=512)(_fold)
+_fold_long = functools.lru_cache(maxsize=16)(_fold)
+
+
+def fold(text: str) -> str:
+    """The form markers are matched on: lower case, runs of whitespace collapsed, and no
+    whitespace next to an XML-style tag (``<role>\\nX\\n</role>`` folds like
+    ``<role>X</role>``: prompts lay tags out on their own lines, marker files inline).
+    Pure; remembered for texts up to :data:`_FOLD_LONG` characters (thread-safe)."""
+    n = len(text)
+    if n <= _FOLD_SHORT:
+        return _fold_short(text)
+    return _fold_long(text) if n <= _FOLD_LONG else _fold(text)
 
 
 #: A text longer than twice this many characters is matched on its first and last this

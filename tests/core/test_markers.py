@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.markers import (
     DEFAULT_MARKERS_PATH,
@@ -140,3 +142,17 @@ def test_langchain_installed_prompt_is_recognised_by_its_marker() -> None:
     prompt = summarization.DEFAULT_SUMMARY_PROMPT
     assert prompt.startswith(LANGCHAIN_PROMPT_HEAD)
     assert default_markers().summarize_request_agent(fold(prompt), "user") == "langchain"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aB <>/\t\n\u00e9\u0130x-:."), max_size=60), st.integers(0, 3))
+def test_fold_remembered_is_fold_computed(text: str, scale: int) -> None:
+    """``fold`` remembers its results (short and long texts in their own memos): asked
+    again, for a text of any length, it gives what folding the text afresh gives."""
+    from proxy.core.markers import _fold
+
+    long = text * (1 + 2_000 * scale)  # up to ~120,000 characters: the long memo
+    for t in (text, long, text):
+        assert fold(t) == _fold(t)
+        assert fold(t) == fold(t)
+
