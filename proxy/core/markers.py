@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +120,18 @@ class Markers:
     #: How a message that *starts from* a summary opens ("here is a summary of the
     #: conversation to date:"), matched on the start of the folded text.
     summary_openers: tuple[str, ...] = ()
+    #: Every agent's markers of one field flattened, agents in order, as ``(folded,
+    #: where, agent)``: matched in one plain loop (derived from :attr:`agents`).
+    _summarize: tuple[tuple[str, frozenset[str], str], ...] = field(init=False, repr=False, compare=False)
+    _continuation: tuple[tuple[str, frozenset[str], str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_summarize", _flat(self.agents, "summarize_request"))
+        object.__setattr__(self, "_continuation", _flat(self.agents, "continuation"))
 
     def summarize_request_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose summarization-request marker is in the text."""
-        for a in self.agents:
-            if any(m.matches(folded_text, where) for m in a.summarize_request):
-                return a.name
-        return None
+        return _first(self._summarize, folded_text, where)
 
     def item_agent(self, field: str, item_type: str) -> str | None:
         """Agent whose ``field`` markers (``summarize_request`` or ``continuation``) name
@@ -148,10 +153,7 @@ class Markers:
 
     def continuation_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose post-compaction marker is in the text."""
-        for a in self.agents:
-            if any(m.matches(folded_text, where) for m in a.continuation):
-                return a.name
-        return None
+        return _first(self._continuation, folded_text, where)
 
     def presents_summary(self, folded_text: str, where: str | None = None) -> bool:
         """Whether the text *is* a summary handed to the model (a compacted history starts
@@ -179,6 +181,19 @@ class Markers:
             if a.name == agent:
                 return a.display
         return agent
+
+
+def _flat(agents: tuple[AgentMarkers, ...], field_name: str) -> tuple[tuple[str, frozenset[str], str], ...]:
+    return tuple((m.folded, m.where, a.name) for a in agents for m in getattr(a, field_name))
+
+
+def _first(flat: tuple[tuple[str, frozenset[str], str], ...], folded_text: str, where: str | None) -> str | None:
+    """The agent of the first marker in ``flat`` that :meth:`Marker.matches` the text (the
+    first agent with a match: ``flat`` lists agents in order)."""
+    for folded, at, name in flat:
+        if (not at or where is None or where in at) and folded in folded_text:
+            return name
+    return None
 
 
 #: No markers at all: detection then relies on structure alone.

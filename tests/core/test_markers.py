@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -156,3 +157,25 @@ def test_fold_remembered_is_fold_computed(text: str, scale: int) -> None:
         assert fold(t) == _fold(t)
         assert fold(t) == fold(t)
 
+
+
+def _first_agent_by_scan(agents: tuple[Any, ...], field: str, folded: str, where: str | None) -> str | None:
+    """The definition: the first agent with any marker of ``field`` matching the text."""
+    for a in agents:
+        if any(m.matches(folded, where) for m in getattr(a, field)):
+            return a.name  # type: ignore[no-any-return]
+    return None
+
+
+_SHIPPED = default_markers()
+_PIECES = [m.folded for a in _SHIPPED.agents for m in (*a.summarize_request, *a.continuation)] + ["", " x ", "summary"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=4), st.sampled_from([None, "user", "system", "assistant", "tool", "item", "header"]))
+def test_marker_lookup_is_the_first_agent_with_a_match(pieces: list[str], where: str | None) -> None:
+    """The flattened lookup answers what scanning agent by agent answers, for texts that
+    carry any mix of the shipped markers, wherever the text sits."""
+    text = " ".join(pieces)
+    for field, lookup in (("summarize_request", _SHIPPED.summarize_request_agent), ("continuation", _SHIPPED.continuation_agent)):
+        assert lookup(text, where) == _first_agent_by_scan(_SHIPPED.agents, field, text, where)
