@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +35,32 @@ _WS = re.compile(r"\s+")
 _TAG = re.compile(r" ?(</?[a-z][\w:.-]*>) ?")
 
 
-def fold(text: str) -> str:
-    """The form markers are matched on: lower case, runs of whitespace collapsed, and no
-    whitespace next to an XML-style tag (``<role>\\nX\\n</role>`` folds like
-    ``<role>X</role>``: prompts lay tags out on their own lines, marker files inline)."""
+def _fold(text: str) -> str:
     folded = _WS.sub(" ", text).strip().lower()
     if "<" in folded:
         folded = _TAG.sub(r"\1", folded)
     return folded
+
+
+#: Folded texts are remembered (:func:`fold`): the same system prompt, last user message
+#: and header values come back with every request of a conversation. Short texts (up to
+#: :data:`_FOLD_SHORT` characters, most of them) in one memo, long ones (a system prompt)
+#: in a smaller one: a few MB at most.
+_FOLD_SHORT = 4096
+_FOLD_LONG = 1 << 18
+_fold_short = functools.lru_cache(maxsize=512)(_fold)
+_fold_long = functools.lru_cache(maxsize=16)(_fold)
+
+
+def fold(text: str) -> str:
+    """The form markers are matched on: lower case, runs of whitespace collapsed, and no
+    whitespace next to an XML-style tag (``<role>\\nX\\n</role>`` folds like
+    ``<role>X</role>``: prompts lay tags out on their own lines, marker files inline).
+    Pure; remembered for texts up to :data:`_FOLD_LONG` characters (thread-safe)."""
+    n = len(text)
+    if n <= _FOLD_SHORT:
+        return _fold_short(text)
+    return _fold_long(text) if n <= _FOLD_LONG else _fold(text)
 
 
 #: A text longer than twice this many characters is matched on its first and last this
@@ -102,13 +120,18 @@ class Markers:
     #: How a message that *starts from* a summary opens ("here is a summary of the
     #: conversation to date:"), matched on the start of the folded text.
     summary_openers: tuple[str, ...] = ()
+    #: Every agent's markers of one field flattened, agents in order, as ``(folded,
+    #: where, agent)``: matched in one plain loop (derived from :attr:`agents`).
+    _summarize: tuple[tuple[str, frozenset[str], str], ...] = field(init=False, repr=False, compare=False)
+    _continuation: tuple[tuple[str, frozenset[str], str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_summarize", _flat(self.agents, "summarize_request"))
+        object.__setattr__(self, "_continuation", _flat(self.agents, "continuation"))
 
     def summarize_request_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose summarization-request marker is in the text."""
-        for a in self.agents:
-            if any(m.matches(folded_text, where) for m in a.summarize_request):
-                return a.name
-        return None
+        return _first(self._summarize, folded_text, where)
 
     def item_agent(self, field: str, item_type: str) -> str | None:
         """Agent whose ``field`` markers (``summarize_request`` or ``continuation``) name
@@ -130,10 +153,7 @@ class Markers:
 
     def continuation_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose post-compaction marker is in the text."""
-        for a in self.agents:
-            if any(m.matches(folded_text, where) for m in a.continuation):
-                return a.name
-        return None
+        return _first(self._continuation, folded_text, where)
 
     def presents_summary(self, folded_text: str, where: str | None = None) -> bool:
         """Whether the text *is* a summary handed to the model (a compacted history starts
@@ -161,6 +181,19 @@ class Markers:
             if a.name == agent:
                 return a.display
         return agent
+
+
+def _flat(agents: tuple[AgentMarkers, ...], field_name: str) -> tuple[tuple[str, frozenset[str], str], ...]:
+    return tuple((m.folded, m.where, a.name) for a in agents for m in getattr(a, field_name))
+
+
+def _first(flat: tuple[tuple[str, frozenset[str], str], ...], folded_text: str, where: str | None) -> str | None:
+    """The agent of the first marker in ``flat`` that :meth:`Marker.matches` the text (the
+    first agent with a match: ``flat`` lists agents in order)."""
+    for folded, at, name in flat:
+        if (not at or where is None or where in at) and folded in folded_text:
+            return name
+    return None
 
 
 #: No markers at all: detection then relies on structure alone.

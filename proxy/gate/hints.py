@@ -41,6 +41,8 @@ class RequestHints:
     def __init__(self, markers: Callable[[], Markers]) -> None:
         self._markers = markers
         self._cache: OrderedDict[str, str | None] = OrderedDict()
+        self._headers_of: Markers | None = None
+        self._headers: tuple[tuple[str, str], ...] = ()
 
     def _remember(self, key: str, found: str | None) -> None:
         self._cache[key] = found
@@ -88,13 +90,30 @@ class RequestHints:
             found = markers.item_agent("summarize_request", last["type"])
             if found is not None:
                 return found
-        if markers.matches_headers():
+        pairs = self._header_markers(markers)
+        if pairs:
             for value in headers.values():
                 if len(value) <= 8192:
-                    found = markers.summarize_request_agent(fold(value), "header")
-                    if found is not None:
-                        return found
+                    folded = fold(value)
+                    for text, name in pairs:
+                        if text in folded:
+                            return name
         return None
+
+    def _header_markers(self, markers: Markers) -> tuple[tuple[str, str], ...]:
+        """``(folded marker, agent)`` of every summarization-request marker a header value
+        can carry (``in: [header]`` or anywhere), agents in order — the first that matches
+        is :meth:`Markers.summarize_request_agent`'s answer — when any marker is about a
+        header; else empty. Computed once per marker set."""
+        if self._headers_of is not markers:
+            self._headers_of = markers
+            self._headers = tuple(
+                (m.folded, a.name)
+                for a in markers.agents
+                for m in a.summarize_request
+                if not m.where or "header" in m.where
+            ) if markers.matches_headers() else ()
+        return self._headers
 
     def continued_by_item(self, body: Mapping[str, Any]) -> str | None:
         """Agent whose post-compaction marker is an input item of a Responses request (the

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.markers import (
     DEFAULT_MARKERS_PATH,
@@ -140,3 +143,39 @@ def test_langchain_installed_prompt_is_recognised_by_its_marker() -> None:
     prompt = summarization.DEFAULT_SUMMARY_PROMPT
     assert prompt.startswith(LANGCHAIN_PROMPT_HEAD)
     assert default_markers().summarize_request_agent(fold(prompt), "user") == "langchain"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aB <>/\t\n\u00e9\u0130x-:."), max_size=60), st.integers(0, 3))
+def test_fold_remembered_is_fold_computed(text: str, scale: int) -> None:
+    """``fold`` remembers its results (short and long texts in their own memos): asked
+    again, for a text of any length, it gives what folding the text afresh gives."""
+    from proxy.core.markers import _fold
+
+    long = text * (1 + 2_000 * scale)  # up to ~120,000 characters: the long memo
+    for t in (text, long, text):
+        assert fold(t) == _fold(t)
+        assert fold(t) == fold(t)
+
+
+
+def _first_agent_by_scan(agents: tuple[Any, ...], field: str, folded: str, where: str | None) -> str | None:
+    """The definition: the first agent with any marker of ``field`` matching the text."""
+    for a in agents:
+        if any(m.matches(folded, where) for m in getattr(a, field)):
+            return a.name  # type: ignore[no-any-return]
+    return None
+
+
+_SHIPPED = default_markers()
+_PIECES = [m.folded for a in _SHIPPED.agents for m in (*a.summarize_request, *a.continuation)] + ["", " x ", "summary"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=4), st.sampled_from([None, "user", "system", "assistant", "tool", "item", "header"]))
+def test_marker_lookup_is_the_first_agent_with_a_match(pieces: list[str], where: str | None) -> None:
+    """The flattened lookup answers what scanning agent by agent answers, for texts that
+    carry any mix of the shipped markers, wherever the text sits."""
+    text = " ".join(pieces)
+    for field, lookup in (("summarize_request", _SHIPPED.summarize_request_agent), ("continuation", _SHIPPED.continuation_agent)):
+        assert lookup(text, where) == _first_agent_by_scan(_SHIPPED.agents, field, text, where)

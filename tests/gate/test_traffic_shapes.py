@@ -160,17 +160,23 @@ def _analysis_scans(before: dict[str, Any], after: dict[str, Any], quick: bool) 
     rule = PolicyObligations(load_policy("default"))
 
     def counting(key: Any, text: str, *args: Any) -> Any:
-        scanned.append(key)
+        scanned.append((key, text))
         return real(key, text, *args)
 
     b, a = from_body("chat", before), from_body("chat", after)
     index = {m.digest: i for i, m in enumerate(b.messages)} | {m.digest: i for i, m in enumerate(a.messages)}
+    # a short text is scanned under its own value (no message key): found by its text
+    by_text: dict[str, int] = {}
+    for snap in (b, a):
+        for i, m in enumerate(snap.messages):
+            for p in m.parts:
+                by_text.setdefault(p.text, i)
     extract_mod._cached_scan = counting  # type: ignore[assignment]
     try:
         got = analyze(b, a, obligation_rule=rule, quick_survival=quick)
     finally:
         extract_mod._cached_scan = real  # type: ignore[assignment]
-    return got, [index.get(k[0], -1) if isinstance(k, tuple) else -1 for k in scanned]
+    return got, [index.get(k[0], -1) if isinstance(k, tuple) else by_text.get(t, -1) for k, t in scanned]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -118,6 +118,11 @@ class ScanCache:
         return len(self._data)
 
 
+#: Texts up to this many characters are cached by their own value (a scan depends on the
+#: text, the producing command and the catalogue only), longer ones by their message's
+#: digest or a hash: at most a few MB of keys in a full cache.
+TEXT_KEY_CHARS = 512
+
 #: Process-wide default cache (pure memoisation; safe to share).
 DEFAULT_CACHE = ScanCache()
 
@@ -326,7 +331,10 @@ def _cached_scan(
     if cache is None:
         return scan_text(text, catalog, src_ctx)
     if key is None:
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        # a short text is its own key: the same tool call or result text in another
+        # message (a regenerated reply, a repeated command) is scanned once
+        key = text if len(text) <= TEXT_KEY_CHARS else hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     full = ("scan", key, src_ctx, catalog.fingerprint)
     hit = cache.get(full)
     if hit is not None:
@@ -495,7 +503,7 @@ def _scan_snapshot(
                 )
             else:
                 src = Source(mi, m.role, origin, tool_name=p.tool_name, part_index=pi, tool_call_id=p.tool_call_id)
-            key: Hashable | None = (m.digest, pi) if m.digest else None
+            key: Hashable | None = (m.digest, pi) if m.digest and len(p.text) > TEXT_KEY_CHARS else None
             out.extend(_to_identifiers(_cached_scan(key, p.text, cat, _src_ctx(src), cache), src))
     if only is None or TOOLS_INDEX in only:
         for ti, t in enumerate(snapshot.tools):

@@ -465,7 +465,8 @@ class _Gates:
     text then cost as much as 340 tests). What the producing command lets through, and
     which rules' required context it carries, is remembered per command."""
 
-    __slots__ = ("_sources", "anchors", "by_source", "by_token", "order", "rule_gates", "token_set", "ungated")
+    __slots__ = ("_sources", "anchors", "by_source", "by_token", "order", "rule_gates", "token_set", "ungated",
+                 "ungated_free", "ungated_runs")
 
     def __init__(self, catalog: Catalog) -> None:
         self.order = catalog.scan_order
@@ -484,9 +485,20 @@ class _Gates:
             for lit in (*rule.anchors, *rule.tokens):
                 lits.setdefault(lit, []).append(k)
         self.ungated = frozenset(ungated)
+        #: the ungated rules without a prefilter (always live), and the others grouped by
+        #: prefilter and run length (one test per group: a run of the right length,
+        #: without which :func:`_rule_matches` would find nothing)
+        self.ungated_free = frozenset(k for k in ungated if self.order[k].prefilter is None)
+        groups: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
+        for k in ungated:
+            r = self.order[k]
+            if r.prefilter is not None:
+                groups.setdefault((r.prefilter, r.run_len), []).append(k)
+        self.ungated_runs = tuple((pf, rl, frozenset(ks)) for (pf, rl), ks in groups.items())
         self.by_token = by_token
         self.token_set = frozenset(by_token)
-        self.anchors = tuple(by_anchor.items())
+        #: (anchor, its bytes as :meth:`TextIndex.positions` searches them, rules)
+        self.anchors = tuple((a, a.encode("ascii", "replace"), ks) for a, ks in by_anchor.items())
         self.by_source = tuple(lits.items())
         self.rule_gates = tuple(
             RuleGate(
@@ -501,28 +513,25 @@ class _Gates:
     def live(self, ix: TextIndex, src_ctx: str) -> list[tuple[Rule, Gate]]:
         """The rules that pass their anchor/token gate on ``ix``, in scan order, each with
         its gate for :func:`_rule_matches`."""
-        live = {k for k in self.ungated if self._runs_ok(k, ix)}
+        live = set(self.ungated_free)
+        for pf, rl, group in self.ungated_runs:
+            runs = ix.runs(pf)
+            if runs and (rl is None or any(rl[0] <= e - s <= rl[1] for s, e in runs)):
+                live.update(group)
         for t in self.token_set.intersection(ix.tokens()):
             live.update(self.by_token[t])
-        for a, ks in self.anchors:
-            if ix.has(a, False):
+        # one substring test per anchor, remembered as TextIndex.has would (the live
+        # rules' own test asks again)
+        low, has = ix.low, ix._has  # noqa: SLF001 - TextIndex's memo, same module
+        for a, ab, ks in self.anchors:
+            hit = ab in low
+            has[(a, False)] = hit
+            if hit:
                 live.update(ks)
         by_src, ctx_src = self._source(src_ctx)
         live.update(by_src)
         order, gates = self.order, self.rule_gates
         return [(order[k], (k in by_src, k in ctx_src, gates[k])) for k in sorted(live)]
-
-    def _runs_ok(self, k: int, ix: TextIndex) -> bool:
-        """Whether rule ``k``'s character-run prefilter (if any) has a run of the right
-        length in ``ix`` — without one :func:`_rule_matches` would find nothing."""
-        rule = self.order[k]
-        if rule.prefilter is None:
-            return True
-        runs = ix.runs(rule.prefilter)
-        if rule.run_len is None:
-            return bool(runs)
-        lo, hi = rule.run_len
-        return any(lo <= e - s <= hi for s, e in runs)
 
     def _source(self, src_ctx: str) -> tuple[frozenset[int], frozenset[int]]:
         """The rules the producing command lets through, and those whose required

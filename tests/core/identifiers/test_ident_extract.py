@@ -194,6 +194,23 @@ def test_cache_scans_each_message_once_and_rebinds_indices() -> None:
     assert [(i.value, i.source.message_index) for i in first] == [(UUID, 0), (SHA, 1)]
 
 
+def test_a_short_text_in_another_message_is_scanned_once() -> None:
+    """The same tool call text in two replies (different ids, so different messages) is
+    scanned once, and each copy's identifiers are bound to its own message."""
+    cache = ScanCache(64)
+    call = {"type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"git show {SHA}"})}}
+    r1 = {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "call_1"}]}
+    r2 = {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "call_2"}]}
+    snap = from_openai_chat({"messages": [{"role": "user", "content": "go"}, r1, r2]})
+    assert snap.messages[1].digest != snap.messages[2].digest
+    ids = extract_snapshot(snap, cache=cache)
+    assert [(i.value, i.source.message_index) for i in ids] == [(SHA, 1), (SHA, 2)]
+    assert cache.hits >= 1  # the second copy came from the cache
+    fresh = extract_snapshot(snap, cache=None)  # and it is what scanning it gives
+    assert [(i.value, i.source.message_index, i.source.tool_call_id) for i in ids] == [
+        (i.value, i.source.message_index, i.source.tool_call_id) for i in fresh]
+
+
 def test_cache_key_includes_the_producing_command() -> None:
     cache = ScanCache(64)
     out = "d1bf724 fix typo"
