@@ -127,7 +127,7 @@ class TrackingTap:
                 parsing.cancel()  # drained before the worker was done (or it failed): here
             return _reply_of(api, body)[0]
 
-        self._record(reply, "ok", asyncio.wrap_future(parsing) if parsing is not None else None)
+        self._record(reply, "ok", _awaitable(parsing) if parsing is not None else None)
         return body
 
     def feed_event(self, raw_event: bytes) -> list[bytes]:
@@ -202,7 +202,7 @@ class TrackingTap:
                 return None
             raise ValueError("the stream's events could not be assembled")
 
-        self._record(reply, status, asyncio.wrap_future(parsing))
+        self._record(reply, status, _awaitable(parsing))
 
     def _assembled_or_none(self) -> Reply | None:
         try:
@@ -224,6 +224,15 @@ def _reply_of(api: str, body: bytes) -> tuple[Reply | None]:
         return (reply_from_json(api, json.loads(body)),)
     except Exception:  # noqa: BLE001 - not JSON, too deep, ...: no reply to record
         return (None,)
+
+
+def _awaitable(parsing: Future[Any]) -> asyncio.Future[Any]:
+    """The worker's future on the loop, for the record to wait for. Its failure is the
+    record's to handle (it parses here then): marked as seen, so asyncio never logs it
+    as an exception nobody retrieved."""
+    fut = asyncio.wrap_future(parsing)
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return fut
 
 
 def _can_offload() -> bool:

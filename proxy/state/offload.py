@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -82,52 +82,13 @@ class _Worker:
         (:mod:`proxy.state.sharedmem`), and so does the long last item of ``fn``'s result
         when ``out`` gives its greatest size in bytes."""
         pool = self.executor()
-        fut = self._handed(pool, fn, args, out)
+        fut = sharedmem.submit(pool, fn, args, out)
         processes = getattr(pool, "_processes", None) or {}
         for pid in list(processes):
             if pid not in self._lowered:
                 self._lowered.add(pid)
                 with contextlib.suppress(OSError):
                     os.setpriority(os.PRIO_PROCESS, pid, _target_nice(self.nice))
-        return fut
-
-    @staticmethod
-    def _handed(pool: ProcessPoolExecutor, fn: Callable[..., T], args: tuple[Any, ...], out: int) -> Future[T]:
-        if not sharedmem.supported():
-            return pool.submit(fn, *args)
-        try:
-            packed = sharedmem.pack(args)
-            output = packed.output(out) if out else None
-        except OSError:  # no room in shared memory: through the pipe
-            return pool.submit(fn, *args)
-        try:
-            inner = pool.submit(sharedmem.call, fn, packed.args, output)
-        except BaseException:
-            packed.release()
-            raise
-        fut: Future[T] = Future()
-
-        def done(f: Future[Any]) -> None:
-            # the segments are released before the caller is woken (it may check for them)
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                if not f.cancelled() and (error := f.exception()) is None:
-                    result = packed.finish(f.result(), output) if output else f.result()
-            except BaseException as exc:  # noqa: BLE001 - reading the output failed
-                error = exc
-            finally:
-                packed.release()
-            with contextlib.suppress(InvalidStateError):  # cancelled by its caller meanwhile
-                if f.cancelled():
-                    fut.cancel()
-                elif error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(result)
-
-        inner.add_done_callback(done)
-        fut.add_done_callback(lambda f: f.cancelled() and inner.cancel())
         return fut
 
     def discard(self, pool: ProcessPoolExecutor) -> None:

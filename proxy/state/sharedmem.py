@@ -11,6 +11,10 @@ done by ``pwrite`` without the GIL — and only the segment's name crosses the p
 call may also give the worker an output segment (:meth:`Packed.output`) for its long
 result, read back here by ``preadv`` into a ``bytearray``.
 
+The copying is done by a thread of its own (:func:`submit`), never by the caller: the
+event loop hands a 10 MB body to the worker without copying it itself (in the kernel,
+a fresh segment's pages cost ~20 ms of the caller's CPU time for 10 MB).
+
 The server creates and owns every segment (mode 0600, unlinked as soon as the call is
 over, registered with multiprocessing's resource tracker, which unlinks what a killed
 server left); the worker only opens them. Segments are read and written through their
@@ -24,11 +28,14 @@ import contextlib
 import os
 import secrets
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["HANDOFF_BYTES", "SLICE", "Joined", "Output", "Packed", "call", "pack", "supported"]
+T = TypeVar("T")
+
+__all__ = ["HANDOFF_BYTES", "SLICE", "Joined", "Output", "Packed", "call", "pack", "submit", "supported"]
 
 #: Arguments at least this long (characters or bytes) go through shared memory.
 HANDOFF_BYTES = 1 << 20
@@ -228,3 +235,80 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], out: Output | None = Non
     except OSError:  # e.g. /dev/shm full: through the pipe instead
         return result
     return (*head, _Written(len(data)))
+
+
+def _long(value: Any) -> bool:
+    if isinstance(value, (str, bytes, Joined)):
+        return len(value) >= HANDOFF_BYTES
+    if isinstance(value, (tuple, list)):
+        return any(_long(v) for v in value)
+    return False
+
+
+#: Writes the long arguments into their segments and submits the call: a thread, so that
+#: the caller (the event loop) never copies 10 MB itself.
+_PACKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sharedmem")
+
+
+def submit(pool: Executor, fn: Callable[..., T], args: tuple[Any, ...], out: int = 0) -> Future[T]:
+    """``fn(*args)`` submitted to ``pool`` (a process pool), its long arguments through
+    shared memory, and the long last item of its result too when ``out`` gives its
+    greatest size in bytes (:func:`call`); where shared memory is missing or full, as a
+    plain call through the pipe. The future's exception is the pool's failure (a broken
+    pool included)."""
+    if not supported() or not (out or _long(args)):
+        return pool.submit(fn, *args)
+    fut: Future[T] = Future()
+
+    def start() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return  # cancelled before it started
+        try:
+            try:
+                packed = pack(args)
+            except OSError:  # no room in shared memory: through the pipe
+                _chain(pool.submit(fn, *args), fut, None, None)
+                return
+            try:
+                output = packed.output(out) if out else None
+                inner = pool.submit(call, fn, packed.args, output)
+            except OSError:
+                packed.release()
+                _chain(pool.submit(fn, *args), fut, None, None)
+                return
+            except BaseException:
+                packed.release()
+                raise
+            _chain(inner, fut, packed, output)
+        except BaseException as exc:  # noqa: BLE001 - e.g. a broken pool: the caller's to handle
+            with contextlib.suppress(InvalidStateError):
+                fut.set_exception(exc)
+
+    _PACKER.submit(start)
+    return fut
+
+
+def _chain(inner: Future[Any], fut: Future[Any], packed: Packed | None, output: Output | None) -> None:
+    """``inner``'s outcome to ``fut`` (running), its output read and its segments
+    released before ``fut``'s caller is woken (it may check for them)."""
+
+    def done(f: Future[Any]) -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            if f.cancelled():
+                error = InvalidStateError("the worker call was cancelled")
+            elif (error := f.exception()) is None:
+                result = packed.finish(f.result(), output) if packed is not None and output is not None else f.result()
+        except BaseException as exc:  # noqa: BLE001 - reading the output failed
+            error = exc
+        finally:
+            if packed is not None:
+                packed.release()
+        with contextlib.suppress(InvalidStateError):  # its caller gave up meanwhile
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)
+
+    inner.add_done_callback(done)
