@@ -90,18 +90,25 @@ def _events(pieces: list[str]) -> list[bytes]:
             + [b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"])
 
 
-@pytest.mark.parametrize("drained", [False, True])
-async def test_a_long_streams_reply_is_assembled_in_a_thread_the_same(monkeypatch: pytest.MonkeyPatch,
-                                                                     drained: bool) -> None:
-    monkeypatch.setattr(replytap, "ASSEMBLE_BYTES", 64)  # "long" past 64 bytes of events
-    monkeypatch.setattr(replytap, "_can_offload", lambda: False)  # no worker process here
-    pieces = [f"piece {i} of revision 4f1c2b9e; " for i in range(40)]
+async def _streamed(pieces: list[str]) -> tuple[Any, Any, Any]:
+    """A tracker, a streamed first request's observation, and its tap fed the stream
+    of ``pieces`` (each event passed through unchanged)."""
     t = await new_tracker()
     obs = await t.observe(exchange({**body(MSGS), "stream": True}))
     assert obs is not None
     tap = t.tap(obs)
     for ev in _events(pieces):
         assert tap.feed_event(ev) == [ev]
+    return t, obs, tap
+
+
+@pytest.mark.parametrize("drained", [False, True])
+async def test_a_long_streams_reply_is_assembled_in_a_thread_the_same(monkeypatch: pytest.MonkeyPatch,
+                                                                     drained: bool) -> None:
+    monkeypatch.setattr(replytap, "ASSEMBLE_BYTES", 64)  # "long" past 64 bytes of events
+    monkeypatch.setattr(replytap, "_can_offload", lambda: False)  # no worker process here
+    pieces = [f"piece {i} of revision 4f1c2b9e; " for i in range(40)]
+    t, obs, tap = await _streamed(pieces)
     assert tap._asm is not None  # parsed as it streamed
     assert tap.finish() == []
     if drained:  # read at once: assembled here, or waited for from the thread
@@ -126,12 +133,7 @@ async def test_a_long_streams_reply_is_assembled_in_the_worker_process_the_same(
         pytest.skip("no worker process can run here")
     monkeypatch.setattr(replytap, "ASSEMBLE_BYTES", 64)
     pieces = [f"piece {i} of revision 4f1c2b9e; " + "x" * piece for i in range(8)]
-    t = await new_tracker()
-    obs = await t.observe(exchange({**body(MSGS), "stream": True}))
-    assert obs is not None
-    tap = t.tap(obs)
-    for ev in _events(pieces):
-        assert tap.feed_event(ev) == [ev]
+    t, obs, tap = await _streamed(pieces)
     assert tap._asm is None and tap._keep  # kept whole, not parsed here
     if close is None:
         assert tap.finish() == []

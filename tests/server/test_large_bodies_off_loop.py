@@ -1,6 +1,6 @@
 """Large bodies are decoded in a worker process, not on the event loop (issue 16), and
-nothing a client or the gate sees changes: the bytes forwarded and relayed, the
-history tracked, every message's digest (made in the worker and found again by the
+nothing a client or the gate sees changes: the bytes forwarded and relayed (written a
+bounded slice at a time, ``proxy.server.sliced``), the history tracked, every message's digest (made in the worker and found again by the
 gate) equal to the digest made from scratch; a broken large body is the same 400."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import openai
 import pytest
+from aiohttp import http_writer
 
 from proxy.core import messages as messages_mod
 from proxy.core.messages import make_message
-from proxy.server import bodyparse
+from proxy.server import bodyparse, sliced
 from proxy.server.forward import BODY_CACHE
 from proxy.state import offload
 from tests.e2e.stack import GateStack
@@ -88,3 +89,34 @@ def test_a_broken_large_body_is_the_same_400_as_a_small_one(stack: GateStack) ->
         assert err.value.code == 400
         body = json.loads(err.value.read())["error"]
         assert body["code"] == "invalid_json" and ref.value.msg in body["message"], body
+
+
+def test_large_bodies_are_written_in_slices_and_arrive_unchanged(stack: GateStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[int] = []
+    real = http_writer.StreamWriter.write
+
+    async def write(self: http_writer.StreamWriter, chunk: Any, *args: Any, **kwargs: Any) -> None:
+        writes.append(len(chunk))
+        await real(self, chunk, *args, **kwargs)
+
+    monkeypatch.setattr(http_writer.StreamWriter, "write", write)
+    assert BIG >= sliced.LARGE  # both bodies are large
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "é" + "x" * BIG}]},
+                      separators=(",", ":")).encode()
+    req = urllib.request.Request(stack.openai_base_url + "/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json", "Authorization": "Bearer sk-test-sliced"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        got = resp.read()
+        length = int(resp.headers["Content-Length"])
+    assert stack.fake.requests[-1].body == body  # the upstream got every byte, in order
+    assert length == len(got)
+    assert json.loads(got)["choices"][0]["message"]["content"] == "R" * BIG + " answer to 1 messages"
+    # both large bodies went out a slice at a time: upstream's request and the client's reply
+    assert writes and max(writes) <= sliced.SLICE
+    assert sum(1 for n in writes if n == sliced.SLICE) >= 2 * (BIG // sliced.SLICE)
+
+
+def test_a_small_body_is_one_write() -> None:
+    assert sliced.body_payload(b"{}") == b"{}"
+    big = sliced.body_payload(b"x" * sliced.LARGE)
+    assert isinstance(big, sliced.SlicedBytesPayload) and big.size == sliced.LARGE

@@ -128,3 +128,39 @@ async def test_backlog_is_bounded_by_waiting_not_dropping(
     wanted = [m.digest for m in (first, *more)]
     assert set(await reopened.load_messages(wanted)) == set(wanted)  # nothing was shed
     await reopened.close()
+
+
+async def test_a_long_pending_row_is_redacted_beside_the_reader_not_on_it(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long row still pending (its redaction in the store's worker, behind the writer's
+    own) is made ready off the reader thread: a read of anything else goes on meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+
+    def in_worker(fn: Callable[..., object], *args: object, out: int = 0) -> object:
+        entered.set()
+        assert release.wait(60), "test never released the redaction"
+        return fn(*args)
+
+    monkeypatch.setattr(records, "OFFLOAD_CHARS", 500)
+    monkeypatch.setattr(sqlite_mod, "OFFLOAD_CHARS", 500)
+    monkeypatch.setattr(records, "in_store_worker", in_worker)
+    store = SQLiteStore(tmp_path / "s.db", flush_delay=0.0)
+    await store.open()
+    try:
+        long_ = text_message("tool", f"{HUGE} key {KEY} " + "z" * 1000)
+        store.put_messages([long_])
+        await _until(entered.is_set)  # the writer waits for the worker
+        mine = text_message("user", f"small row, key {KEY}")
+        store.put_messages([mine])
+        both = asyncio.ensure_future(store.load_messages([long_.digest, mine.digest]))
+        await asyncio.sleep(0.1)
+        got = await asyncio.wait_for(store.load_messages([mine.digest]), 30)  # not behind the long row
+        assert not release.is_set() and not both.done()
+        assert KEY not in got[mine.digest].text
+        release.set()
+        got = await asyncio.wait_for(both, 30)
+        assert got[long_.digest].digest == long_.digest and KEY not in got[long_.digest].text
+        assert got[long_.digest].text.endswith("z" * 1000)
+    finally:
+        release.set()
+        await store.close()
