@@ -410,10 +410,9 @@ class SQLiteStore(Store):
             return out
 
         loop = asyncio.get_running_loop()
-        reads = [loop.run_in_executor(self._reader, _load)]
-        reads += [loop.run_in_executor(None, _as_committed, m) for m in long_.values()]
-        out, *longs = await asyncio.gather(*reads)
-        out.update(zip(long_, longs, strict=True))
+        ready = [loop.run_in_executor(None, _as_committed, m) for m in long_.values()]
+        out = await loop.run_in_executor(self._reader, _load)
+        out.update(zip(long_, await asyncio.gather(*ready), strict=True))
         return out
 
     async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:
