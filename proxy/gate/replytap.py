@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from proxy.core import bodyrefs
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
@@ -25,6 +25,7 @@ from proxy.state import offload, sharedmem
 __all__ = ["ASSEMBLE_BYTES", "OFFLOAD_BYTES", "ReplySink", "TrackingTap"]
 
 log = logging.getLogger("proxy.gate.tracker")
+T = TypeVar("T")
 
 
 class ReplySink(Protocol):
@@ -84,7 +85,6 @@ class TrackingTap:
         self._asm: StreamAssembler | None = None
         #: the stream's events are kept whole, for the worker (see MAX_KEPT_BYTES)
         self._keep: bool | None = None
-        self._kept = 0
         self._done = False
         self.settles = tracker.shared
 
@@ -121,11 +121,10 @@ class TrackingTap:
         parsing = _parse_elsewhere(api, body)
 
         def reply() -> Reply | None:
-            if parsing is not None:
-                if parsing.done() and not parsing.cancelled() and parsing.exception() is None:
-                    return bodyrefs.loads(parsing.result(), body)[0]  # type: ignore[no-any-return]
-                parsing.cancel()  # drained before the worker was done (or it failed): here
-            return _reply_of(api, body)[0]
+            pickled = _worker_result(parsing) if parsing is not None else None
+            if pickled is None:  # no worker, or drained before it was done (or it failed): here
+                return _reply_of(api, body)[0]
+            return bodyrefs.loads(pickled, body)[0]  # type: ignore[no-any-return]
 
         self._record(reply, "ok", _awaitable(parsing) if parsing is not None else None)
         return body
@@ -192,10 +191,10 @@ class TrackingTap:
             return
 
         def reply() -> Reply | None:
-            if not (parsing.done() and not parsing.cancelled() and parsing.exception() is None):
-                parsing.cancel()  # drained before the worker was done (or it failed): here
+            done = _worker_result(parsing)
+            if done is None:  # drained before the worker was done (or it failed): here
                 return here()
-            pickled, texts = parsing.result()
+            pickled, texts = done
             if pickled:
                 return bodyrefs.loads(pickled, texts)[0]  # type: ignore[no-any-return]
             if status != "ok":
@@ -226,6 +225,15 @@ def _reply_of(api: str, body: bytes) -> tuple[Reply | None]:
         return (None,)
 
 
+def _worker_result(parsing: Future[T]) -> T | None:
+    """What the worker made, if it is done with it; else ``None``, and the worker's part
+    is cancelled (the caller does the work itself)."""
+    if parsing.done() and not parsing.cancelled() and parsing.exception() is None:
+        return parsing.result()
+    parsing.cancel()
+    return None
+
+
 def _awaitable(parsing: Future[Any]) -> asyncio.Future[Any]:
     """The worker's future on the loop, for the record to wait for. Its failure is the
     record's to handle (it parses here then): marked as seen, so asyncio never logs it
@@ -235,14 +243,19 @@ def _awaitable(parsing: Future[Any]) -> asyncio.Future[Any]:
     return fut
 
 
-def _can_offload() -> bool:
-    """Whether a long stream can be assembled in the worker: there is an event loop (the
-    reply is recorded once the worker is done) and a worker can run here."""
+def _in_loop() -> bool:
+    """Whether an event loop runs here: a reply made off it is recorded once done."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return False
-    return offload.can_offload()
+    return True
+
+
+def _can_offload() -> bool:
+    """Whether a long stream can be assembled in the worker: there is an event loop and
+    a worker can run here."""
+    return _in_loop() and offload.can_offload()
 
 
 def _stream_elsewhere(api: str, raw: bytes) -> tuple[bytes, bytes]:
@@ -267,11 +280,7 @@ def _stream_elsewhere(api: str, raw: bytes) -> tuple[bytes, bytes]:
 
 def _in_thread(fn: Callable[[], None]) -> asyncio.Future[Any] | None:
     """``fn`` in a background thread (its future), or ``None`` outside an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    return in_daemon_thread(fn)
+    return in_daemon_thread(fn) if _in_loop() else None
 
 
 def _reply_elsewhere(api: str, body: bytes) -> bytes:
@@ -285,10 +294,6 @@ def _parse_elsewhere(api: str, body: bytes) -> Future[bytes] | None:
     worker's, done as soon as the worker is: a drain that comes after it uses it,
     :func:`proxy.core.bodyrefs.loads` with the same ``body``); ``None`` for a small
     one, outside an event loop, or when no worker can run."""
-    if len(body) < OFFLOAD_BYTES:
-        return None
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if len(body) < OFFLOAD_BYTES or not _in_loop():
         return None
     return offload.submit(_reply_elsewhere, api, body)
