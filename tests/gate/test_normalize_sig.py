@@ -12,9 +12,15 @@ from hypothesis import strategies as st
 
 from proxy.gate.normalize import _sig
 
+def _nested(inner: Any) -> Any:
+    # a named function, not a lambda: hypothesis describes a lambda by reading its source,
+    # which raced with other tests' threads reading linecache ("dictionary changed size")
+    return st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=6), inner, max_size=5)
+
+
 JSON: Any = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=200),
-    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=6), inner, max_size=5),
+    _nested,
     max_leaves=25,
 )
 
