@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.messages import Message, Part, make_message
-from proxy.core.redaction import apply_spans, secret_spans
+from proxy.core.redaction import apply_spans, redact_secrets
 from proxy.state.offload import OFFLOAD_CHARS, in_store_worker, spans_of
 
 __all__ = [
@@ -305,8 +305,9 @@ def _row(fields: _Fields, stored: Callable[[str], str]) -> list[str]:
 
 def _worker_row(fields: _Fields) -> tuple[bytes]:
     """The row's UTF-8 bytes, built in the store's worker process (scanned and encoded
-    there, neither holds the server's GIL)."""
-    return (b"".join(p.encode("utf-8") for p in _row(fields, lambda t: apply_spans(t, secret_spans(t)))),)
+    there, neither holds the server's GIL). Its texts are redacted right here: through
+    :func:`stored_text`, a long one would be handed to the store's worker — this one."""
+    return (b"".join(p.encode("utf-8") for p in _row(fields, redact_secrets)),)
 
 
 def message_to_json(m: Message) -> Row:
