@@ -59,6 +59,13 @@ class ServerSettings:
     read_timeout: float = 600.0
     #: How long in-flight requests (e.g. streams) may run on after a shutdown signal.
     shutdown_grace_seconds: float = 30.0
+    #: Longest a client may take to send a request's head (request line and headers),
+    #: from its first byte or from the connection's opening (nginx's default, 60 s).
+    client_header_timeout: float = 60.0
+    #: Longest silence allowed between two reads of a request body from the client.
+    client_body_timeout: float = 60.0
+    #: An idle client connection (no request under way) is closed after this long.
+    keepalive_timeout: float = 75.0
     #: Upstream connection pool size (0 = unlimited).
     max_connections: int = 100
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -83,7 +90,7 @@ class ServerSettings:
             raise Invalid("port must be between 0 and 65535", key="port")
         if self.max_body_bytes <= 0:
             raise Invalid("max_body_bytes must be positive", key="max_body_bytes")
-        for name in ("connect_timeout", "read_timeout"):
+        for name in ("connect_timeout", "read_timeout", "client_header_timeout", "client_body_timeout", "keepalive_timeout"):
             if getattr(self, name) <= 0:
                 raise Invalid(f"{name} must be positive", key=name)
         if self.shutdown_grace_seconds < 0:

@@ -34,6 +34,7 @@ from proxy.server.headers import (
 )
 from proxy.server.hooks import Decision, DialectName, Exchange, Reject
 from proxy.server.inflight import INFLIGHT_KEY
+from proxy.server.protocol import ClientBodyTimeout
 from proxy.server.record import (
     UNKNOWN_CONVERSATION,
     RequestRecord,
@@ -80,7 +81,7 @@ class _BadBody(Exception):
 async def _read_body(request: web.Request, limit: int) -> bytes | None:
     """Read the whole request body, decoded from its Content-Encoding by aiohttp;
     ``None`` if it (decoded) exceeds ``limit`` bytes; :class:`_BadBody` if it cannot be
-    decoded or is cut short."""
+    decoded or is cut short; :class:`ClientBodyTimeout` if the client stops sending it."""
     declared = request.content_length
     if declared is not None and declared > limit:
         return None
@@ -190,6 +191,18 @@ async def _handle(request: web.Request, rec: RequestRecord) -> web.StreamRespons
         return respond_error(rec, route.dialect, refused)
     try:
         body = await _read_body(request, limit)
+    except ClientBodyTimeout as exc:
+        resp = respond_error(
+            rec,
+            route.dialect,
+            ProxyError(
+                408,
+                f"The request body stopped arriving: {exc} (server.client_body_timeout).",
+                code="request_timeout",
+            ),
+        )
+        resp.force_close()  # what the client may still send is not read
+        return resp
     except _BadBody as exc:
         how = f"its Content-Encoding {encoding!r}" if encoding not in ("", "identity") else "its framing"
         return respond_error(

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from proxy.config import ProxyConfig
+from proxy.config import ProxyConfig, ServerSettings
 from proxy.server.app import create_app
 from proxy.server.handoff import HandoffSite
 from proxy.server.hooks import Interceptor
 from proxy.server.inflight import INFLIGHT_KEY, InFlight
 from proxy.server.logs import GATE_LOGGER
-from proxy.server.protocol import GateAppRunner
+from proxy.server.protocol import ClientTimeouts, GateAppRunner
 from proxy.state import offload
 
-__all__ = ["AppFactory", "RunningServer", "serve", "start_server"]
+__all__ = ["AppFactory", "RunningServer", "client_timeouts", "serve", "start_server"]
 
 #: Builds the application to serve from the validated config.
 AppFactory = Callable[[ProxyConfig], web.Application]
@@ -71,6 +71,15 @@ class RunningServer:
         await self.runner.cleanup()
 
 
+def client_timeouts(settings: ServerSettings) -> ClientTimeouts:
+    """The slow-client limits ``settings`` configure."""
+    return ClientTimeouts(
+        header=settings.client_header_timeout,
+        body=settings.client_body_timeout,
+        keepalive=settings.keepalive_timeout,
+    )
+
+
 #: How long a thread may hold the GIL while another one waits for it (seconds; CPython's
 #: default is 5 ms). See :func:`prefer_the_loop`.
 SWITCH_INTERVAL = 0.001
@@ -95,11 +104,13 @@ async def start_server(
     shutdown_grace_seconds: float = 30.0,
     reuse_port: bool = False,
     handoff: int | None = None,
+    client_timeouts: ClientTimeouts | None = None,
 ) -> RunningServer:
     """Start ``app`` on ``host:port`` (``port=0`` picks a free port). ``reuse_port``: bind
     with ``SO_REUSEPORT``, beside other processes. ``handoff``: a worker of ``serve
     --workers N``: serve the connections the supervisor hands over on that channel
-    (:mod:`proxy.server.handoff`) instead of listening."""
+    (:mod:`proxy.server.handoff`) instead of listening. ``client_timeouts``: how long
+    a client may take sending a request, or stay idle (default: nginx's)."""
     if INFLIGHT_KEY not in app:
         app[INFLIGHT_KEY] = InFlight()
     prefer_the_loop()
@@ -109,6 +120,7 @@ async def start_server(
         access_log=None,
         # the grace period is RunningServer.stop's; aiohttp's own wait comes after it
         shutdown_timeout=CUT_WAIT,
+        client_timeouts=client_timeouts or ClientTimeouts(),
     )
     await runner.setup()
     site: web.BaseSite = (
@@ -143,6 +155,7 @@ async def _serve(
         shutdown_grace_seconds=config.server.shutdown_grace_seconds,
         reuse_port=reuse_port,
         handoff=handoff,
+        client_timeouts=client_timeouts(config.server),
     )
     if on_listening is not None:
         on_listening(server)

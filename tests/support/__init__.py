@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from proxy.config import GateSettings, ProxyConfig, ServerSettings, Upstream
 from proxy.server.app import create_app
 from proxy.server.hooks import Decision, Exchange, Interceptor, NoopInterceptor
-from proxy.server.runner import RunningServer, start_server
+from proxy.server.runner import RunningServer, client_timeouts, start_server
 from tests.support.fake_upstream import FakeUpstream
 
 __all__ = ["BackgroundLoop", "ProxyStack", "RunningStack", "SwitchableInterceptor", "fake_upstreams"]
@@ -128,6 +128,7 @@ class ProxyStack(RunningStack):
                     "127.0.0.1",
                     0,
                     shutdown_grace_seconds=self.config.server.shutdown_grace_seconds,
+                    client_timeouts=client_timeouts(self.config.server),
                 )
             )
         except BaseException:
