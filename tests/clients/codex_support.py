@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.clients.story import INVENTED, NEW_HEAD, ROLLBACK_TARGET
+from tests.clients.story import INVENTED, NEW_HEAD, RECALL_TOOL, ROLLBACK_TARGET, recall_handle
 from tests.clients.support import CLIENTS_ROOT, Workspace, find_binary, run
 from tests.support.fake_upstream import Call, Reply, ToolCall, Usage
 
@@ -52,7 +52,7 @@ SMALL = Usage(input_tokens=990, output_tokens=10)
 COMPACT_LIMIT = 3000
 
 __all__ = ["APPLY", "INVENTED", "REV_AFTER", "REV_BEFORE", "ROLLBACK", "CodexRun", "CodexSession",
-           "codex_binary", "codex_model", "wire_summary"]
+           "codex_binary", "codex_model", "codex_recalling", "wire_summary"]
 
 
 def codex_binary() -> str:
@@ -91,6 +91,22 @@ def codex_model(call: Call) -> Reply:
     if "apply" in user.lower():
         return _shell("alembic upgrade head")
     return Reply(text="ok", usage=SMALL)
+
+
+def codex_recalling(call: Call) -> Reply:
+    """:func:`codex_model` when the gate offers its recall tool: asked to roll back with no
+    revision in view, it calls the tool with the handle the description names; with the
+    tool's result it rolls back to the revision the result shows."""
+    tool = next((t for t in call.tools() if t["name"].startswith(RECALL_TOOL) and "spill_" in t["description"]), None)
+    if tool is not None:
+        recalled = "\n".join(call.results_of(tool["name"]))
+        if recalled:
+            return _shell(f"alembic downgrade {REV_BEFORE if REV_BEFORE in recalled else INVENTED}")
+        asked = _last_item(call).get("role") == "user" and "roll" in call.last_user_text().lower()
+        handle = recall_handle(tool["description"])
+        if asked and handle and REV_BEFORE not in call.all_text():
+            return Reply(tool_calls=[ToolCall(tool["name"], {"handle": handle})], usage=SMALL)
+    return codex_model(call)
 
 
 @dataclass

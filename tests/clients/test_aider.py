@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.clients.story import INVENTED, ROLLBACK_TARGET, Story
+from tests.clients.story import INVENTED, RECALL_TOOL, ROLLBACK_TARGET, Story
 from tests.clients.support import CLIENTS_ROOT, Workspace, events_of, find_binary, run
 from tests.e2e.stack import GateStack
 
@@ -165,3 +165,18 @@ def test_strict_refuses_then_aiders_own_next_compaction_keeps_the_values(
     assert len(story.contracts) >= 2 and ROLLBACK_TARGET in "\n".join(story.contracts[1]), story.contracts
     assert final_action(out) == ROLLBACK_TARGET, out[-2000:]
     assert not any(ROLLBACK_TARGET in t for t in TURNS[1:])  # nobody sent it back after the paste
+
+
+def test_recall_the_model_reads_the_spilled_region_back(aider: str, tmp_path: Path, stacks: Any) -> None:
+    """``recall`` with a client that sends no tools at all: the gate offers its recall tool
+    on the compacted request, answers the model's call itself and asks again; aider gets
+    one plain answer whose command rolls back to the original revision."""
+    story = Story(obey_contract_from=0, recall=True)
+    stack, out = run_aider(aider, tmp_path, "recall", story, TURNS)
+    stacks.append(stack)
+    assert story.summaries, "aider never compacted"
+    assert any(e.get("action") == "spill" for e in _compactions(stack)), [e["kind"] for e in events_of(stack)]
+    assert len(story.recalls) == 1
+    assert [e["outcome"] for e in events_of(stack, "recall")] == ["found"]
+    assert final_action(out) == ROLLBACK_TARGET, out[-2000:]
+    assert RECALL_TOOL not in out

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.clients.story import INVENTED, NEW_HEAD, ROLLBACK_TARGET, Story
+from tests.clients.story import INVENTED, NEW_HEAD, RECALL_TOOL, ROLLBACK_TARGET, Story
 from tests.clients.support import (
     CLIENTS_ROOT,
     Workspace,
@@ -198,4 +198,36 @@ def test_audit_records_the_destructive_compaction_and_the_invented_value(session
     trip = events_of(s.stack, "tripwire")
     assert trip and trip[0]["action"] == "warn"
     assert [h["value"] for h in trip[0]["hallucinated"]] == [INVENTED]
+    _one_conversation(s)
+
+
+def test_recall_the_spilled_region_is_read_back_and_the_rollback_uses_the_original_revision(session: Any) -> None:
+    """``recall``: the lossy summary goes through as written, what the compaction removed
+    is spilled, and the gate offers its recall tool; the model calls it, the gate answers
+    it and asks upstream again inside the same streamed response, and Claude Code — which
+    never sees the recall call — runs the rollback to the original revision."""
+    story = Story(too_long_once=True, obey_contract_from=0, recall=True)
+    s = session("recall", story)
+    s.turn("Apply the pending database migration with alembic.")
+    events = s.turn("The deploy failed. Roll back the migration you applied.")
+    assert story.too_long_sent == 1 and len(story.summaries) == 1
+    assert ROLLBACK_TARGET not in story.summaries[0]  # nothing was contracted or appended
+    comp = [e for e in events_of(s.stack, "compaction") if e.get("transition") == "summarize"]
+    assert comp and comp[0]["action"] == "spill", comp
+    # the model recalled the region once, and the gate found it
+    assert len(story.recalls) == 1
+    recalls = events_of(s.stack, "recall")
+    assert [e["outcome"] for e in recalls] == ["found"], recalls
+    assert s.ws.alembic_calls() == ["upgrade head", f"downgrade {ROLLBACK_TARGET}"]
+    # what Claude Code saw: its own Bash tool only, never the gate's recall tool
+    used = [
+        block.get("name")
+        for e in events
+        if e.get("type") == "assistant"
+        for block in (e.get("message") or {}).get("content") or []
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    assert used and set(used) == {"Bash"}, used
+    assert RECALL_TOOL not in json.dumps(events)
+    assert result_of(events).get("is_error") is False
     _one_conversation(s)

@@ -14,6 +14,7 @@ remote (encrypted) compaction; ``ws-local`` — a custom provider with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ from tests.clients.codex_support import (
     CodexSession,
     codex_binary,
     codex_model,
+    codex_recalling,
     wire_summary,
 )
+from tests.clients.story import RECALL_TOOL
 from tests.e2e.stack import GateStack
 
 TRANSPORTS = ["http", "ws", "ws-local"]
@@ -164,3 +167,28 @@ def test_strict_local_compaction_keeps_the_bindings_and_proceeds(gate: GateStack
     assert third.returncode == 0 and not third.failed(), ctx
     assert codex.alembic()[-1] == f"downgrade {REV_BEFORE}", ctx
     assert not any(e["action"] == "reject" for e in gate.events()), ctx
+
+
+def test_recall_over_http_the_model_reads_the_spilled_region_back(tmp_path: Path) -> None:
+    """``recall`` over the streamed ``POST /v1/responses``: Codex's local summary drops the
+    revision and goes through as written; the gate spills what the compaction removed and
+    offers its recall tool; the model calls it, the gate answers it and asks upstream again
+    inside the one stream Codex reads, and Codex runs the rollback to the original revision
+    without ever seeing the recall call."""
+    codex_binary()
+    stack = GateStack("recall", codex_recalling)
+    try:
+        codex, _, second = _play(stack, tmp_path, "http")
+        ctx = _context(stack, second)
+        _compacted(stack, "http")
+        assert second.returncode == 0 and not second.failed(), ctx
+        assert codex.alembic() == ["upgrade head", f"downgrade {REV_BEFORE}"], ctx
+        spilled = [e for e in stack.events() if e["kind"] == "compaction" and e["action"] == "spill"]
+        assert spilled, ctx
+        assert [e["outcome"] for e in stack.events() if e["kind"] == "recall"] == ["found"], ctx
+        # Codex ran its own shell tool only; the recall call never reached it
+        ran = second.commands()
+        assert len(ran) == 1 and f"alembic downgrade {REV_BEFORE}" in ran[0], ctx
+        assert RECALL_TOOL not in json.dumps(second.events), ctx
+    finally:
+        stack.close()
