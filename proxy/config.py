@@ -171,8 +171,11 @@ class StateSettings:
     ttl_seconds: int = 7 * 24 * 3600
     max_conversations: int = 10_000
     #: The bound on what the tracker keeps in memory (MB, estimated; see
-    #: :mod:`proxy.gate.budget`); ``None``: bounded by ``max_conversations`` only.
-    max_memory_mb: float | None = None
+    #: :mod:`proxy.gate.budget`); ``None``: bounded by ``max_conversations`` only. The
+    #: default leaves 10,000 ordinary conversations untouched (~0.4 GB) and keeps a few
+    #: conversations with very long texts (a 20 MB paste is ~40 MB of hot history) from
+    #: taking the process's memory: their histories are read back from the store instead.
+    max_memory_mb: float | None = 1024.0
     #: The Redis URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS);
     #: write the password as ``${VAR}``. Never logged, never shown (:attr:`where`).
     url: str | None = field(default=None, repr=False)
