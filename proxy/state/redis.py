@@ -9,11 +9,11 @@ committed write that any replica's next read sees. Keys are namespaced by
 ``ttl_seconds`` after its last commit; the store-wide ones are capped and swept.
 
 The client is ``redis.asyncio``. Calls made in the same event-loop step go to Redis in
-one pipeline (a request's sync and another's commit share a round trip), one pipeline
-at a time, written on the store's own connection in one write (several plain reads in
-one batch go in a ``MULTI``/``EXEC`` transaction, through redis-py's pipeline). A
-connection that fails while the store was reachable is tried once more on a new
-connection (after a Redis restart every pooled connection is dead; a commit sent
+one batch (a request's sync and another's commit share a round trip), written on the
+store's own connection in one write, the next batch before the last is answered
+(:mod:`proxy.state.redis_pipeline`, which gives the ordering rules). A connection
+that fails while the store was reachable is tried once more, with every batch it left
+unanswered, on a new connection (after a Redis restart every pooled connection is dead; a commit sent
 twice is refused by its own compare-and-set); otherwise a connection failure marks the
 store unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
 backoff that doubles from 0.1 s to 5 s; the first call after it tries again (a new
@@ -148,7 +148,7 @@ class RedisStore(SharedStore):
         self.timeout = timeout
         self.clock = clock
         self._client: Any = None
-        #: the connection of :meth:`_send_plain` (one batch at a time)
+        #: the connection the batches are written on (:mod:`proxy.state.redis_pipeline`)
         self._conn: Any = None
         self._shas: dict[str, str] = {}
         self._pipe = _Pipeline(self)
@@ -203,10 +203,7 @@ class RedisStore(SharedStore):
 
     async def flush(self) -> None:
         await self._spills.flush()
-        task = self._pipe._task
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
+        await self._pipe.idle()
 
     async def ping(self) -> None:
         await self._call("PING")

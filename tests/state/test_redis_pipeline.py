@@ -1,0 +1,111 @@
+"""The Redis store's pipelined batches (:mod:`proxy.state.redis_pipeline`) on a real
+``redis-server``: the next batch is written before the last is answered, answers come
+back in the order the calls were made, a connection failure sends every unanswered
+batch again in that order on a new connection, and a Redis that does not answer in
+time fails them all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.state.protocol import StateUnavailable
+from proxy.state.redis import RedisStore
+from tests.support.redis_server import RedisServer, require_redis
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[RedisStore, Any]]:
+    import redis
+
+    require_redis()
+    with RedisServer(tmp_path / "redis") as server:
+        store = RedisStore(server.url, timeout=5.0)
+        await store.open()  # connected, scripts loaded
+        await store.ping()
+        raw = redis.Redis.from_url(server.url)
+        try:
+            yield store, raw
+        finally:
+            await store.close()
+            raw.close()
+
+
+async def _written(store: RedisStore, flights: int) -> None:
+    for _ in range(200):
+        if len(store._pipe._flights) >= flights:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{len(store._pipe._flights)} batches in flight, {flights} expected")
+
+
+async def test_the_next_batch_is_written_before_the_last_is_answered(served: tuple[RedisStore, Any]) -> None:
+    store, raw = served
+    raw.execute_command("CLIENT", "PAUSE", 400, "ALL")  # Redis answers nothing for 0.4 s
+    first = asyncio.ensure_future(store._call("RPUSH", "k", "a"))
+    await _written(store, 1)
+    second = asyncio.ensure_future(store._call("RPUSH", "k", "b"))
+    await _written(store, 2)  # written while the first is unanswered
+    assert not first.done() and not second.done()
+    assert await first == 1 and await second == 2  # answered in order
+    assert store._pipe.deepest == 2
+    assert raw.lrange("k", 0, -1) == [b"a", b"b"]
+
+
+async def test_a_failed_connection_sends_every_unanswered_batch_again_in_order(served: tuple[RedisStore, Any]) -> None:
+    store, raw = served
+    raw.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    calls = []
+    for item in ("a", "b", "c"):
+        calls.append(asyncio.ensure_future(store._call("RPUSH", "k", item)))
+        await _written(store, len(calls))
+    old = store._conn
+    old._writer.transport.abort()  # the connection drops with three batches unanswered
+    assert await asyncio.gather(*calls) == [1, 2, 3]
+    assert store._conn is not old and store.available
+    assert raw.lrange("k", 0, -1) == [b"a", b"b", b"c"]  # each once, in the order called
+
+
+async def test_calls_made_while_batches_are_in_flight_go_in_one_batch(served: tuple[RedisStore, Any]) -> None:
+    from proxy.state.redis_pipeline import PIPELINE_DEPTH
+
+    store, raw = served
+    raw.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    calls = []
+    for i in range(PIPELINE_DEPTH):
+        calls.append(asyncio.ensure_future(store._call("RPUSH", "k", str(i))))
+        await _written(store, i + 1)
+    late = [asyncio.ensure_future(store._call("RPUSH", "k", x)) for x in ("x", "y")]
+    await asyncio.sleep(0.05)
+    assert len(store._pipe._flights) == PIPELINE_DEPTH and len(store._pipe._queue) == 2  # waiting
+    await asyncio.gather(*calls, *late)
+    assert store._pipe.deepest == PIPELINE_DEPTH
+    assert raw.lrange("k", 0, -1) == [*(str(i).encode() for i in range(PIPELINE_DEPTH)), b"x", b"y"]
+
+
+async def test_a_redis_that_does_not_answer_in_time_fails_every_unanswered_call(tmp_path: Path) -> None:
+    import redis
+
+    require_redis()
+    with RedisServer(tmp_path / "redis") as server:
+        store = RedisStore(server.url, timeout=0.3)
+        await store.open()
+        raw = redis.Redis.from_url(server.url)
+        try:
+            raw.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+            first = asyncio.ensure_future(store._call("RPUSH", "k", "a"))
+            await _written(store, 1)
+            second = asyncio.ensure_future(store._call("RPUSH", "k", "b"))
+            for fut in (first, second):
+                with pytest.raises(StateUnavailable) as err:
+                    await fut
+                assert err.value.reason == "timeout"
+            assert not store.available and not store._pipe._flights
+        finally:
+            await asyncio.sleep(1.3)  # the pause ends before the store closes
+            await store.close()
+            raw.close()
