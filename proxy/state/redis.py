@@ -119,6 +119,17 @@ def _record(meta: Any, etag: Any, evseq: Any, stats: Any) -> ConversationRecord:
     return rec
 
 
+class _SharedSync:
+    """A sync in progress, which a caller of the same sync may join while its first
+    page is not written yet (:meth:`RedisStore.sync`)."""
+
+    __slots__ = ("first", "result")
+
+    def __init__(self, result: asyncio.Future[Synced]) -> None:
+        self.result = result
+        self.first: asyncio.Future[Any] | None = None
+
+
 class RedisStore(SharedStore):
     """A shared store in Redis at ``url`` (``redis://[:password@]host:port/db``,
     ``rediss://`` for TLS). ``ttl_seconds``: a conversation's keys expire that long
@@ -152,6 +163,8 @@ class RedisStore(SharedStore):
         self._conn: Any = None
         self._shas: dict[str, str] = {}
         self._pipe = _Pipeline(self)
+        #: syncs in progress, by (tenant, namespace, cursor, bodies)
+        self._syncing: dict[tuple[str, str, int, int], _SharedSync] = {}
         self.available = True
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
@@ -284,17 +297,60 @@ class RedisStore(SharedStore):
         bodies: int = 256,
         known: Mapping[str, str] | None = None,
     ) -> Synced:
+        again = list(reload)
+        key = (tenant, namespace, cursor, bodies)
+        shared = self._syncing.get(key)
+        if shared is not None and not again and (shared.first is None or self._pipe.unsent(shared.first)):
+            # the same sync, not written yet: Redis runs it after this call was made, so its
+            # answer is as recent as this call's own would be (the caller's own commits it
+            # leaves out, ``known``, are a no-op to adopt)
+            try:
+                return await asyncio.shield(shared.result)
+            except asyncio.CancelledError:
+                if not shared.result.cancelled():
+                    raise  # this caller was cancelled
+                # the first caller was: sync on its own
+        entry = _SharedSync(asyncio.get_running_loop().create_future())
+        self._syncing[key] = entry
+        try:
+            synced = await self._sync(tenant, namespace, cursor, again, bodies, known, entry)
+        except asyncio.CancelledError:
+            entry.result.cancel()
+            raise
+        except BaseException as exc:
+            entry.result.set_exception(exc)
+            entry.result.exception()  # retrieved: nobody may have joined
+            raise
+        finally:
+            if self._syncing.get(key) is entry:
+                del self._syncing[key]
+        entry.result.set_result(synced)
+        return synced
+
+    async def _sync(
+        self,
+        tenant: str,
+        namespace: str,
+        cursor: int,
+        again: list[str],
+        bodies: int,
+        known: Mapping[str, str] | None,
+        entry: _SharedSync,
+    ) -> Synced:
         ns = self._ns(tenant, namespace)
         changed: list[Changed] = []
         after = cursor
-        again = list(reload)
         pairs = [x for kv in list((known or {}).items()) for x in kv]
         while True:
-            raw = await self._script(
+            fut = self._pipe.submit(
+                "SCRIPT",
                 "SYNC",
                 (ns, ns + ":v"),
                 (cursor, after, bodies, SYNC_PAGE, self._t(tenant) + ":c:", len(pairs) // 2, *pairs, *again),
             )
+            if entry.first is None:
+                entry.first = fut
+            raw = await fut
             again = []
             next_cursor, more, entries = int(raw[0]), bool(raw[1]), raw[2]
             for cid, ver, meta, etag, evseq, stats, keep, tail, got in entries:

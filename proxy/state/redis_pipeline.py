@@ -98,6 +98,10 @@ class _Pipeline:
         self._wake()
         return fut
 
+    def unsent(self, fut: asyncio.Future[Any]) -> bool:
+        """Whether the call of ``fut`` is still waiting to be written."""
+        return any(c.fut is fut for c in self._queue)
+
     async def idle(self) -> None:
         """Return when every call submitted so far is answered (or failed)."""
         while True:

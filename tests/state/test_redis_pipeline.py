@@ -109,3 +109,32 @@ async def test_a_redis_that_does_not_answer_in_time_fails_every_unanswered_call(
             await asyncio.sleep(1.3)  # the pause ends before the store closes
             await store.close()
             raw.close()
+
+
+def _syncs(raw: Any) -> int:
+    stats = raw.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_syncs_of_one_namespace_made_before_it_is_written_share_one_script(served: tuple[RedisStore, Any]) -> None:
+    store, raw = served
+    before = _syncs(raw)
+    a, b, c = await asyncio.gather(store.sync("t", "t", 0), store.sync("t", "t", 0), store.sync("t", "t", 5))
+    assert a is b and c is not a  # another cursor is another sync
+    assert _syncs(raw) - before == 2
+
+
+async def test_a_sync_already_written_is_not_joined(served: tuple[RedisStore, Any]) -> None:
+    store, raw = served
+    before = _syncs(raw)
+    raw.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    first = asyncio.ensure_future(store.sync("t", "t", 0))
+    await _written(store, 1)  # sent: a commit another replica makes now may come after it
+    second = asyncio.ensure_future(store.sync("t", "t", 0))
+    await _written(store, 2)
+    a, b = await asyncio.gather(first, second)
+    assert a is not b and _syncs(raw) - before == 2
+    # a caller with conversations to read again in full does not join either
+    before = _syncs(raw)
+    await asyncio.gather(store.sync("t", "t", 0), store.sync("t", "t", 0, reload=["cv_x"]))
+    assert _syncs(raw) - before == 2
