@@ -156,7 +156,7 @@ class _Pipeline:
             self._fail(batch, StateUnavailable(f"redis refused a command: {exc.__class__.__name__}", "error"))
             return
         if conn is not store._conn:  # the connection failed while this was written
-            self._connection_failed(None, calls, rx.ConnectionError("connection replaced"))
+            self._connection_failed(conn, calls, rx.ConnectionError("connection replaced"))
             return
         self._flights.append(_Flight(calls, multi, conn, time.monotonic() + store.timeout))
         self.deepest = max(self.deepest, len(self._flights))
@@ -198,14 +198,17 @@ class _Pipeline:
         return calls, multi, data
 
     def _connection_failed(self, conn: Any, calls: list[_Call], exc: BaseException) -> None:
-        """The connection failed with ``calls`` (and every batch in flight)
-        unanswered: send them all once more on a new connection if the store was
-        reachable and none was sent again already, else call the store down."""
+        """The connection ``conn`` (``None``: the store's) failed with ``calls``
+        unanswered — and, when it is the store's connection, every batch in flight: send
+        them all once more on a new connection if the store was reachable and none was
+        sent again already, else call the store down. (A connection already replaced
+        takes only ``calls`` with it: the batches in flight are on the new one.)"""
         store = self.store
+        lost = list(calls)
         if conn is None or conn is store._conn:
             store._conn = None
-        lost = [c for f in self._flights for c in f.calls] + calls
-        self._flights.clear()
+            lost = [c for f in self._flights for c in f.calls] + lost
+            self._flights.clear()
         lost = [c for c in lost if not c.fut.done()]
         if store.available and not any(c.tries for c in lost):
             for c in lost:
@@ -224,21 +227,32 @@ class _Pipeline:
                     async with asyncio.timeout(max(0.0, f.deadline - time.monotonic())):
                         results = await self._replies(f)
                 except TimeoutError:
-                    if f.conn is self.store._conn:
-                        self.store._conn = None
                     await f.conn.disconnect(nowait=True)
-                    lost = [c for fl in self._flights for c in fl.calls]
-                    self._flights.clear()
-                    self._fail(lost, self.store._went_down(rx.TimeoutError("redis did not answer in time")))
+                    if self._head(f):
+                        if f.conn is self.store._conn:
+                            self.store._conn = None
+                        lost = [c for fl in self._flights for c in fl.calls]
+                        self._flights.clear()
+                        self._fail(lost, self.store._went_down(rx.TimeoutError("redis did not answer in time")))
                     continue
                 except (rx.ConnectionError, OSError) as exc:
-                    self._connection_failed(f.conn, [], exc)
+                    if self._head(f):
+                        self._connection_failed(f.conn, [], exc)
                     continue
-                self._flights.popleft()
+                if self._head(f):
+                    self._flights.popleft()
+                else:  # taken out by a failure of its connection, and answered after all
+                    done = {id(c) for c in f.calls}
+                    self._queue = [c for c in self._queue if id(c) not in done]
                 self._resolve(f, results)
                 self._wake()
         finally:
             self._reader = None
+
+    def _head(self, f: _Flight) -> bool:
+        """Whether ``f`` is still the oldest batch in flight (not taken out by a
+        failure of its connection while its answer was read)."""
+        return bool(self._flights) and self._flights[0] is f
 
     async def _replies(self, f: _Flight) -> list[Any]:
         """The replies to ``f``'s calls, in order (an error reply as its exception)."""

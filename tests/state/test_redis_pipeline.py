@@ -70,6 +70,21 @@ async def test_a_failed_connection_sends_every_unanswered_batch_again_in_order(s
     assert raw.lrange("k", 0, -1) == [b"a", b"b", b"c"]  # each once, in the order called
 
 
+async def test_a_batch_written_on_a_connection_that_just_failed_goes_in_order_with_the_rest(
+    served: tuple[RedisStore, Any],
+) -> None:
+    store, raw = served
+    raw.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    calls = []
+    for item in ("a", "b"):
+        calls.append(asyncio.ensure_future(store._call("RPUSH", "k", item)))
+        await _written(store, len(calls))
+    store._conn._writer.transport.abort()
+    calls.append(asyncio.ensure_future(store._call("RPUSH", "k", "c")))  # its writer finds the connection lost
+    assert await asyncio.gather(*calls) == [1, 2, 3]
+    assert raw.lrange("k", 0, -1) == [b"a", b"b", b"c"]
+
+
 async def test_calls_made_while_batches_are_in_flight_go_in_one_batch(served: tuple[RedisStore, Any]) -> None:
     from proxy.state.redis_pipeline import PIPELINE_DEPTH
 
