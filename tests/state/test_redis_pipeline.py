@@ -153,3 +153,25 @@ async def test_a_sync_already_written_is_not_joined(served: tuple[RedisStore, An
     before = _syncs(raw)
     await asyncio.gather(store.sync("t", "t", 0), store.sync("t", "t", 0, reload=["cv_x"]))
     assert _syncs(raw) - before == 2
+
+
+async def test_a_connection_already_replaced_takes_only_its_own_batch_with_it() -> None:
+    """The writer finds that the connection it wrote on failed and was replaced while
+    it wrote: only its batch goes back in the queue — the batches in flight are on the
+    new connection and will be answered there (sent again, they would run twice)."""
+    from proxy.state.redis_pipeline import _Call, _Flight, _Pipeline
+
+    class Store:
+        available = True
+        _conn: object = object()  # the new connection
+
+    pipe = _Pipeline(Store())  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    in_flight = [_Call(("RPUSH", "k", "a"), loop.create_future(), 0)]
+    pipe._flights.append(_Flight(in_flight, False, Store._conn, loop.time() + 5))
+    mine = [_Call(("RPUSH", "k", "b"), loop.create_future(), 1)]
+    pipe._connection_failed(object(), mine, ConnectionError("gone"))  # an old connection
+    assert [f.calls for f in pipe._flights] == [in_flight] and Store._conn is not None
+    assert pipe._queue == mine and mine[0].tries == 1
+    assert pipe._task is not None
+    pipe._task.cancel()
