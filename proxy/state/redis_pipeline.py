@@ -189,7 +189,7 @@ class _Pipeline:
                 data.append(_pack(store._expand(c.command)))
                 calls.append(c)
             except (UnicodeEncodeError, rx.DataError) as exc:
-                c.fut.set_exception(StateUnavailable(f"redis refused a command: {exc.__class__.__name__}", "error"))
+                self._fail([c], StateUnavailable(f"redis refused a command: {exc.__class__.__name__}", "error"))
         # MULTI/EXEC: the reads of one batch see one state (a record's meta, history and
         # events read together never mix two commits of another replica)
         multi = sum(1 for c in calls if c.command[0] != "SCRIPT") > 1
@@ -216,6 +216,7 @@ class _Pipeline:
             self._requeue(lost)
             return
         self._fail(lost, store._went_down(exc))
+        self._wake()  # what waited for room is refused now
 
     async def _read(self) -> None:
         from redis import exceptions as rx
@@ -234,6 +235,7 @@ class _Pipeline:
                         lost = [c for fl in self._flights for c in fl.calls]
                         self._flights.clear()
                         self._fail(lost, self.store._went_down(rx.TimeoutError("redis did not answer in time")))
+                    self._wake()  # what waited for room is refused now (the store is down)
                     continue
                 except (rx.ConnectionError, OSError) as exc:
                     if self._head(f):

@@ -111,15 +111,20 @@ async def test_a_redis_that_does_not_answer_in_time_fails_every_unanswered_call(
         await store.open()
         raw = redis.Redis.from_url(server.url)
         try:
+            from proxy.state.redis_pipeline import PIPELINE_DEPTH
+
             raw.execute_command("CLIENT", "PAUSE", 1500, "ALL")
-            first = asyncio.ensure_future(store._call("RPUSH", "k", "a"))
-            await _written(store, 1)
-            second = asyncio.ensure_future(store._call("RPUSH", "k", "b"))
-            for fut in (first, second):
+            calls = []
+            for i in range(PIPELINE_DEPTH):
+                calls.append(asyncio.ensure_future(store._call("RPUSH", "k", str(i))))
+                await _written(store, i + 1)
+            calls.append(asyncio.ensure_future(store._call("RPUSH", "k", "queued")))  # waits for room
+            for fut in calls:
                 with pytest.raises(StateUnavailable) as err:
-                    await fut
-                assert err.value.reason == "timeout"
-            assert not store.available and not store._pipe._flights
+                    await asyncio.wait_for(fut, 3)  # none left waiting
+                assert err.value.reason in ("timeout", "unreachable")
+            assert calls[0].exception().reason == "timeout"  # type: ignore[union-attr]
+            assert not store.available and not store._pipe._flights and not store._pipe._queue
         finally:
             await asyncio.sleep(1.3)  # the pause ends before the store closes
             await store.close()
