@@ -31,7 +31,9 @@ import hashlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,6 +69,17 @@ log = logging.getLogger(__name__)
 SYNC_PAGE = 200
 #: Messages serialised off the event loop beyond this many characters in one write.
 THREAD_TEXT = 64 * 1024
+#: Conversations, and messages of each, whose stored messages this process remembers
+#: (most recent): a message its commit stored in a conversation's message hash is not
+#: redacted, encoded nor sent again in that conversation's later commits — the same
+#: tool result or the same short user turn ("continue") again, a fork's prefix. The
+#: memory of a conversation is dropped when a sync brings another process's change of
+#: it, when a commit of it is refused or its outcome unknown, when the store goes down;
+#: a commit that creates the conversation sends every message (its keys may have been
+#: deleted and made again). A conversation's message hash is deleted only with the
+#: conversation, after which a commit expecting its etag is refused.
+STORED_CONVERSATIONS = 4096
+STORED_PER_CONVERSATION = 512
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
 
@@ -163,6 +176,8 @@ class RedisStore(SharedStore):
         self._conn: Any = None
         self._shas: dict[str, str] = {}
         self._pipe = _Pipeline(self)
+        #: see :data:`STORED_CONVERSATIONS`: conversation id -> digests (the loop's thread only)
+        self._stored: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
         #: syncs in progress, by (tenant, namespace, cursor, bodies)
         self._syncing: dict[tuple[str, str, int, int], _SharedSync] = {}
         self.available = True
@@ -237,6 +252,7 @@ class RedisStore(SharedStore):
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(BACKOFF_MAX, self._backoff * 2)
         self._shas.clear()  # a restarted Redis has no scripts
+        self._stored.clear()  # nor, without persistence, what was stored
         err = StateUnavailable(f"{self.describe} unreachable ({self.last_error})", reason)
         if first:
             log.warning("state: %s unreachable (%s); failing open until it is back", self.describe, self.last_error)
@@ -363,6 +379,7 @@ class RedisStore(SharedStore):
                     msgs = {}
                 if rec.id != _s(cid):
                     rec.id = _s(cid)
+                self._stored.pop(rec.id, None)  # changed elsewhere (or made again)
                 changed.append(Changed(rec, int(keep), digests, msgs, int(float(_s(ver)))))
             if not more:
                 return Synced(next_cursor, tuple(changed))
@@ -407,6 +424,32 @@ class RedisStore(SharedStore):
         args.extend(lg)
 
     async def commit(self, change: Commit) -> Committed:
+        cid = change.conversation_id
+        stored = self._stored.get(cid) if change.expect else None
+        if stored and any(m.digest in stored for m in change.messages):
+            change = replace(change, messages=tuple(m for m in change.messages if m.digest not in stored))
+        try:
+            res = await self._commit(change)
+        except BaseException:
+            self._stored.pop(cid, None)
+            raise
+        if not res.ok:
+            self._stored.pop(cid, None)
+        elif change.messages:
+            mine = self._stored.get(cid)
+            if mine is None:
+                mine = self._stored[cid] = OrderedDict()
+            self._stored.move_to_end(cid)
+            for m in change.messages:
+                mine[m.digest] = None
+                mine.move_to_end(m.digest)
+            while len(mine) > STORED_PER_CONVERSATION:
+                mine.popitem(last=False)
+            while len(self._stored) > STORED_CONVERSATIONS:
+                self._stored.popitem(last=False)
+        return res
+
+    async def _commit(self, change: Commit) -> Committed:
         t, cid = change.tenant, change.conversation_id
         base = self._c(t, cid)
         ns = self._ns(t, change.namespace)
