@@ -69,17 +69,19 @@ log = logging.getLogger(__name__)
 SYNC_PAGE = 200
 #: Messages serialised off the event loop beyond this many characters in one write.
 THREAD_TEXT = 64 * 1024
-#: Conversations, and messages of each, whose stored messages this process remembers
-#: (most recent): a message its commit stored in a conversation's message hash is not
-#: redacted, encoded nor sent again in that conversation's later commits — the same
-#: tool result or the same short user turn ("continue") again, a fork's prefix. The
+#: Digests of messages this process's commits stored, remembered per conversation (the
+#: most recent, at most so many in all and per conversation): a message its commit
+#: stored in a conversation's message hash is not redacted, encoded nor sent again in
+#: that conversation's later commits — the same tool result or the same short user turn
+#: ("continue") again, a fork's prefix (the shared SQLite store's ``STORED_DIGESTS``,
+#: per conversation here: Redis keeps messages per conversation). The
 #: memory of a conversation is dropped when a sync brings another process's change of
 #: it, when a commit of it is refused or its outcome unknown, when the store goes down;
 #: a commit that creates the conversation sends every message (its keys may have been
 #: deleted and made again). A conversation's message hash is deleted only with the
 #: conversation, after which a commit expecting its etag is refused.
-STORED_CONVERSATIONS = 4096
-STORED_PER_CONVERSATION = 512
+STORED_DIGESTS = 16384
+STORED_PER_CONVERSATION = 256
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
 
@@ -176,8 +178,10 @@ class RedisStore(SharedStore):
         self._conn: Any = None
         self._shas: dict[str, str] = {}
         self._pipe = _Pipeline(self)
-        #: see :data:`STORED_CONVERSATIONS`: conversation id -> digests (the loop's thread only)
+        #: see :data:`STORED_DIGESTS`: conversation id -> digests, and how many in all (the
+        #: loop's thread only)
         self._stored: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
+        self._stored_n = 0
         #: syncs in progress, by (tenant, namespace, cursor, bodies)
         self._syncing: dict[tuple[str, str, int, int], _SharedSync] = {}
         self.available = True
@@ -253,6 +257,7 @@ class RedisStore(SharedStore):
         self._backoff = min(BACKOFF_MAX, self._backoff * 2)
         self._shas.clear()  # a restarted Redis has no scripts
         self._stored.clear()  # nor, without persistence, what was stored
+        self._stored_n = 0
         err = StateUnavailable(f"{self.describe} unreachable ({self.last_error})", reason)
         if first:
             log.warning("state: %s unreachable (%s); failing open until it is back", self.describe, self.last_error)
@@ -379,7 +384,7 @@ class RedisStore(SharedStore):
                     msgs = {}
                 if rec.id != _s(cid):
                     rec.id = _s(cid)
-                self._stored.pop(rec.id, None)  # changed elsewhere (or made again)
+                self._forget_stored(rec.id)  # changed elsewhere (or made again)
                 changed.append(Changed(rec, int(keep), digests, msgs, int(float(_s(ver)))))
             if not more:
                 return Synced(next_cursor, tuple(changed))
@@ -431,23 +436,31 @@ class RedisStore(SharedStore):
         try:
             res = await self._commit(change)
         except BaseException:
-            self._stored.pop(cid, None)
+            self._forget_stored(cid)
             raise
         if not res.ok:
-            self._stored.pop(cid, None)
+            self._forget_stored(cid)
         elif change.messages:
-            mine = self._stored.get(cid)
-            if mine is None:
-                mine = self._stored[cid] = OrderedDict()
-            self._stored.move_to_end(cid)
-            for m in change.messages:
-                mine[m.digest] = None
-                mine.move_to_end(m.digest)
-            while len(mine) > STORED_PER_CONVERSATION:
-                mine.popitem(last=False)
-            while len(self._stored) > STORED_CONVERSATIONS:
-                self._stored.popitem(last=False)
+            self._remember_stored(cid, change.messages)
         return res
+
+    def _remember_stored(self, cid: str, messages: Iterable[Message]) -> None:
+        mine = self._stored.get(cid)
+        if mine is None:
+            mine = self._stored[cid] = OrderedDict()
+        self._stored.move_to_end(cid)
+        self._stored_n -= len(mine)
+        for m in messages:
+            mine[m.digest] = None
+            mine.move_to_end(m.digest)
+        while len(mine) > STORED_PER_CONVERSATION:
+            mine.popitem(last=False)
+        self._stored_n += len(mine)
+        while self._stored_n > STORED_DIGESTS and len(self._stored) > 1:
+            self._stored_n -= len(self._stored.popitem(last=False)[1])
+
+    def _forget_stored(self, cid: str) -> None:
+        self._stored_n -= len(self._stored.pop(cid, ()))
 
     async def _commit(self, change: Commit) -> Committed:
         t, cid = change.tenant, change.conversation_id

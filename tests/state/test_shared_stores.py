@@ -530,3 +530,17 @@ async def test_redis_a_message_this_process_stored_in_a_conversation_is_not_enco
         finally:
             await a.close()
             await b.close()
+
+
+def test_redis_the_memory_of_stored_messages_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.state.redis as redis_store
+
+    monkeypatch.setattr(redis_store, "STORED_DIGESTS", 5)
+    monkeypatch.setattr(redis_store, "STORED_PER_CONVERSATION", 3)
+    store = RedisStore("redis://127.0.0.1:1/0")
+    for c in range(4):
+        store._remember_stored(f"c{c}", [msg(f"m{c}-{i}") for i in range(4)])  # 3 kept of each
+        assert store._stored_n == sum(len(d) for d in store._stored.values()) <= 5
+    assert list(store._stored) == ["c3"] and len(store._stored["c3"]) == 3  # the most recent
+    store._forget_stored("c3")
+    assert store._stored_n == 0 and not store._stored
