@@ -431,6 +431,19 @@ async def test_sqlite_writers_queue_on_the_lock_file_and_give_up_like_a_busy_tim
         await store.close()
 
 
+def _count_encoded(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """The digests of the messages ``module`` encodes from now on (its ``message_to_json``)."""
+    encoded: list[str] = []
+    real = module.message_to_json
+
+    def counting(m: Message) -> Any:
+        encoded.append(m.digest)
+        return real(m)
+
+    monkeypatch.setattr(module, "message_to_json", counting)
+    return encoded
+
+
 async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -439,14 +452,7 @@ async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
     commit's messages are not taken as stored."""
     import proxy.state.sqlite_shared as shared
 
-    encoded: list[str] = []
-    real = shared.message_to_json
-
-    def counting(m: Message) -> str:
-        encoded.append(m.digest)
-        return real(m)
-
-    monkeypatch.setattr(shared, "message_to_json", counting)
+    encoded = _count_encoded(monkeypatch, shared)
     a, b = SharedSQLiteStore(tmp_path / "s.sqlite3"), SharedSQLiteStore(tmp_path / "s.sqlite3")
     await a.open()
     await b.open()
@@ -483,14 +489,7 @@ async def test_redis_a_message_this_process_stored_in_a_conversation_is_not_enco
     import proxy.state.redis as redis_store
 
     require_redis()
-    encoded: list[str] = []
-    real = redis_store.message_to_json
-
-    def counting(m: Message) -> Any:
-        encoded.append(m.digest)
-        return real(m)
-
-    monkeypatch.setattr(redis_store, "message_to_json", counting)
+    encoded = _count_encoded(monkeypatch, redis_store)
     with RedisServer(tmp_path / "redis") as server:
         a, b = RedisStore(server.url), RedisStore(server.url)
         await a.open()
