@@ -248,20 +248,29 @@ class ConversationRecord:
 #: Texts longer than this are JSON-encoded a slice of this many characters at a time.
 JSON_SLICE = 1 << 18
 
+#: ``json.dumps`` of a string, with and without ``ensure_ascii``: the encoder's own
+#: functions (``json.dumps`` with any keyword builds an encoder per call, which cost
+#: more than the encoding of a short text; a row has seven literals a part).
+_ascii_literal: Callable[[str], str] = json.encoder.encode_basestring_ascii
+_utf8_literal: Callable[[str], str] = json.encoder.encode_basestring
+#: ``json.dumps(v, ensure_ascii=False)`` of the values a row holds besides its texts.
+_PLAIN = {None: "null", True: "true", False: "false"}
+
 
 def _text_json(text: str, ensure_ascii: bool) -> str:
     """``json.dumps(text)``, a slice at a time for a long text (JSON escapes each
     character on its own, so the result is the same): one ``json.dumps`` of 10 MB holds
     the GIL, and so the event loop, for tens of milliseconds."""
+    literal = _ascii_literal if ensure_ascii else _utf8_literal
     if len(text) <= JSON_SLICE:
-        return json.dumps(text, ensure_ascii=ensure_ascii)
-    return '"' + "".join(
-        json.dumps(text[at : at + JSON_SLICE], ensure_ascii=ensure_ascii)[1:-1] for at in range(0, len(text), JSON_SLICE)
-    ) + '"'
+        return literal(text)
+    return '"' + "".join(literal(text[at : at + JSON_SLICE])[1:-1] for at in range(0, len(text), JSON_SLICE)) + '"'
 
 
 def _utf8_safe(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogate), a slice at a time."""
+    if text.isascii():  # known without a scan
+        return True
     try:
         for at in range(0, len(text), JSON_SLICE):
             text[at : at + JSON_SLICE].encode("utf-8")
@@ -291,7 +300,11 @@ def _row(fields: _Fields, stored: Callable[[str], str]) -> list[str]:
     role, name, parts, digest = fields
 
     def dumps(v: object) -> str:
-        return _json_str(v) if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        if isinstance(v, str):
+            return _json_str(v)
+        if v is None or isinstance(v, bool):
+            return _PLAIN[v]
+        return json.dumps(v, ensure_ascii=False)
 
     pieces = [f"[{dumps(role)},{dumps(name)},["]
     redacted = False

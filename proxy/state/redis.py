@@ -9,11 +9,11 @@ committed write that any replica's next read sees. Keys are namespaced by
 ``ttl_seconds`` after its last commit; the store-wide ones are capped and swept.
 
 The client is ``redis.asyncio``. Calls made in the same event-loop step go to Redis in
-one pipeline (a request's sync and another's commit share a round trip), one pipeline
-at a time, written on the store's own connection in one write (several plain reads in
-one batch go in a ``MULTI``/``EXEC`` transaction, through redis-py's pipeline). A
-connection that fails while the store was reachable is tried once more on a new
-connection (after a Redis restart every pooled connection is dead; a commit sent
+one batch (a request's sync and another's commit share a round trip), written on the
+store's own connection in one write, the next batch before the last is answered
+(:mod:`proxy.state.redis_pipeline`, which gives the ordering rules). A connection
+that fails while the store was reachable is tried once more, with every batch it left
+unanswered, on a new connection (after a Redis restart every pooled connection is dead; a commit sent
 twice is refused by its own compare-and-set); otherwise a connection failure marks the
 store unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
 backoff that doubles from 0.1 s to 5 s; the first call after it tries again (a new
@@ -30,9 +30,10 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,6 +57,7 @@ from proxy.state.records import (
     message_to_json,
     stored_text,
 )
+from proxy.state.redis_pipeline import _Pipeline
 from proxy.state.spill import SpillRecord, SpillStorage, spill_from_row, spill_row
 from proxy.state.store import SharedStore
 
@@ -67,6 +69,19 @@ log = logging.getLogger(__name__)
 SYNC_PAGE = 200
 #: Messages serialised off the event loop beyond this many characters in one write.
 THREAD_TEXT = 64 * 1024
+#: Digests of messages this process's commits stored, remembered per conversation (the
+#: most recent, at most so many in all and per conversation): a message its commit
+#: stored in a conversation's message hash is not redacted, encoded nor sent again in
+#: that conversation's later commits — the same tool result or the same short user turn
+#: ("continue") again, a fork's prefix (the shared SQLite store's ``STORED_DIGESTS``,
+#: per conversation here: Redis keeps messages per conversation). The
+#: memory of a conversation is dropped when a sync brings another process's change of
+#: it, when a commit of it is refused or its outcome unknown, when the store goes down;
+#: a commit that creates the conversation sends every message (its keys may have been
+#: deleted and made again). A conversation's message hash is deleted only with the
+#: conversation, after which a commit expecting its etag is refused.
+STORED_DIGESTS = 16384
+STORED_PER_CONVERSATION = 256
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
 
@@ -108,25 +123,6 @@ def _stats_args(stats: Stats | None) -> list[Any]:
     return ["", ""] if stats is None else [stats.seq, json.dumps(stats.as_list())]
 
 
-def _pack(args: Sequence[Any]) -> bytes:
-    """One command in the RESP wire format (as redis-py's encoder writes its arguments:
-    text as UTF-8, numbers by ``repr``)."""
-    from redis.exceptions import DataError
-
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, str):
-            b = a.encode("utf-8")
-        elif isinstance(a, bytes):
-            b = a
-        elif isinstance(a, (int, float)) and not isinstance(a, bool):
-            b = repr(a).encode()
-        else:
-            raise DataError(f"cannot send a {type(a).__name__}")
-        out += (b"$%d\r\n" % len(b), b, b"\r\n")
-    return b"".join(out)
-
-
 def _record(meta: Any, etag: Any, evseq: Any, stats: Any) -> ConversationRecord:
     rec = ConversationRecord.from_row(_s(meta), "")
     rec.etag = _s(etag)
@@ -138,76 +134,15 @@ def _record(meta: Any, etag: Any, evseq: Any, stats: Any) -> ConversationRecord:
     return rec
 
 
-class _Pipeline:
-    """Runs the store's calls in pipelines: everything submitted while one is in flight
-    goes in the next (see the module docstring)."""
+class _SharedSync:
+    """A sync in progress, which a caller of the same sync may join while its first
+    page is not written yet (:meth:`RedisStore.sync`)."""
 
-    def __init__(self, store: RedisStore) -> None:
-        self.store = store
-        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self._task: asyncio.Task[None] | None = None
+    __slots__ = ("first", "result")
 
-    def submit(self, *command: Any) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((command, fut))
-        if self._task is None:
-            self._task = loop.create_task(self._run())
-        return fut
-
-    async def _run(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                await self._execute(batch)
-        finally:
-            self._task = None
-
-    async def _execute(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
-        from redis import exceptions as rx
-
-        store = self.store
-        try:
-            store._check_available()
-            try:
-                results = await store._send([c for c, _ in batch])
-            except (rx.ConnectionError, OSError):
-                if not store.available:
-                    raise
-                # the pooled connection may be one a restarted Redis closed: one more
-                # try, on a new connection, before calling the store down
-                results = await store._send([c for c, _ in batch])
-            if any(isinstance(r, rx.NoScriptError) for r in results):
-                await store._load_scripts()
-                redo = [i for i, r in enumerate(results) if isinstance(r, rx.NoScriptError)]
-                again = await store._send([batch[i][0] for i in redo])
-                for i, r in zip(redo, again, strict=True):
-                    results[i] = r
-        except StateUnavailable as exc:
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-            return
-        except (rx.ConnectionError, rx.TimeoutError, OSError) as exc:
-            err = store._went_down(exc)
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(err)
-            return
-        except rx.RedisError as exc:  # e.g. a transaction Redis refused as a whole
-            refused = StateUnavailable(f"redis refused a command: {exc.__class__.__name__}", "error")
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(refused)
-            return
-        store._came_up()
-        for (_, fut), r in zip(batch, results, strict=True):
-            if fut.done():
-                continue
-            if isinstance(r, Exception):
-                fut.set_exception(StateUnavailable(f"redis refused a command: {r.__class__.__name__}", "error"))
-            else:
-                fut.set_result(r)
+    def __init__(self, result: asyncio.Future[Synced]) -> None:
+        self.result = result
+        self.first: asyncio.Future[Any] | None = None
 
 
 class RedisStore(SharedStore):
@@ -239,10 +174,16 @@ class RedisStore(SharedStore):
         self.timeout = timeout
         self.clock = clock
         self._client: Any = None
-        #: the connection of :meth:`_send_plain` (one batch at a time)
+        #: the connection the batches are written on (:mod:`proxy.state.redis_pipeline`)
         self._conn: Any = None
         self._shas: dict[str, str] = {}
         self._pipe = _Pipeline(self)
+        #: see :data:`STORED_DIGESTS`: conversation id -> digests, and how many in all (the
+        #: loop's thread only)
+        self._stored: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
+        self._stored_n = 0
+        #: syncs in progress, by (tenant, namespace, cursor, bodies)
+        self._syncing: dict[tuple[str, str, int, int], _SharedSync] = {}
         self.available = True
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
@@ -294,10 +235,7 @@ class RedisStore(SharedStore):
 
     async def flush(self) -> None:
         await self._spills.flush()
-        task = self._pipe._task
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
+        await self._pipe.idle()
 
     async def ping(self) -> None:
         await self._call("PING")
@@ -318,6 +256,8 @@ class RedisStore(SharedStore):
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(BACKOFF_MAX, self._backoff * 2)
         self._shas.clear()  # a restarted Redis has no scripts
+        self._stored.clear()  # nor, without persistence, what was stored
+        self._stored_n = 0
         err = StateUnavailable(f"{self.describe} unreachable ({self.last_error})", reason)
         if first:
             log.warning("state: %s unreachable (%s); failing open until it is back", self.describe, self.last_error)
@@ -349,57 +289,6 @@ class RedisStore(SharedStore):
             return ("EVALSHA", self._shas[name], len(keys), *keys, *args)
         return c
 
-    async def _send(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        if not self._shas:
-            await self._load_scripts()
-        if sum(1 for c in commands if c[0] != "SCRIPT") > 1:
-            # MULTI/EXEC: the reads of one batch see one state (a record's meta, history
-            # and events read together never mix two commits of another replica); a
-            # script is atomic on its own
-            pipe = self._client.pipeline(transaction=True)
-            for c in commands:
-                pipe.execute_command(*self._expand(c))
-            return list(await pipe.execute(raise_on_error=False))
-        return await self._send_plain(commands)
-
-    async def _send_plain(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Send ``commands`` in one write on the store's own connection and read their
-        replies (one timeout for the whole batch): redis-py's pipeline builds, encodes
-        and times out every command on its own, which cost more CPU per request than
-        the gate's own bookkeeping of it."""
-        from redis import exceptions as rx
-
-        conn = self._conn
-        if conn is None:
-            pool = self._client.connection_pool
-            conn = self._conn = pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
-        results: list[Any] = [None] * len(commands)
-        data: list[bytes] = []
-        sent: list[int] = []
-        for i, c in enumerate(commands):
-            try:
-                data.append(_pack(self._expand(c)))
-                sent.append(i)
-            except (UnicodeEncodeError, rx.DataError) as exc:
-                results[i] = rx.DataError(exc.__class__.__name__)
-        if not sent:
-            return results
-        try:
-            async with asyncio.timeout(self.timeout):
-                await conn.send_packed_command(data, check_health=False)
-                for i in sent:
-                    try:
-                        results[i] = await conn.read_response(disable_decoding=True, timeout=math.inf)
-                    except rx.ResponseError as exc:
-                        results[i] = exc
-        except TimeoutError:
-            await conn.disconnect(nowait=True)
-            raise rx.TimeoutError("redis did not answer in time") from None
-        except BaseException:
-            await conn.disconnect(nowait=True)
-            raise
-        return results
-
     async def _call(self, *command: Any) -> Any:
         return await self._pipe.submit(*command)
 
@@ -429,17 +318,60 @@ class RedisStore(SharedStore):
         bodies: int = 256,
         known: Mapping[str, str] | None = None,
     ) -> Synced:
+        again = list(reload)
+        key = (tenant, namespace, cursor, bodies)
+        shared = self._syncing.get(key)
+        if shared is not None and not again and (shared.first is None or self._pipe.unsent(shared.first)):
+            # the same sync, not written yet: Redis runs it after this call was made, so its
+            # answer is as recent as this call's own would be (the caller's own commits it
+            # leaves out, ``known``, are a no-op to adopt)
+            try:
+                return await asyncio.shield(shared.result)
+            except asyncio.CancelledError:
+                if not shared.result.cancelled():
+                    raise  # this caller was cancelled
+                # the first caller was: sync on its own
+        entry = _SharedSync(asyncio.get_running_loop().create_future())
+        self._syncing[key] = entry
+        try:
+            synced = await self._sync(tenant, namespace, cursor, again, bodies, known, entry)
+        except asyncio.CancelledError:
+            entry.result.cancel()
+            raise
+        except BaseException as exc:
+            entry.result.set_exception(exc)
+            entry.result.exception()  # retrieved: nobody may have joined
+            raise
+        finally:
+            if self._syncing.get(key) is entry:
+                del self._syncing[key]
+        entry.result.set_result(synced)
+        return synced
+
+    async def _sync(
+        self,
+        tenant: str,
+        namespace: str,
+        cursor: int,
+        again: list[str],
+        bodies: int,
+        known: Mapping[str, str] | None,
+        entry: _SharedSync,
+    ) -> Synced:
         ns = self._ns(tenant, namespace)
         changed: list[Changed] = []
         after = cursor
-        again = list(reload)
         pairs = [x for kv in list((known or {}).items()) for x in kv]
         while True:
-            raw = await self._script(
+            fut = self._pipe.submit(
+                "SCRIPT",
                 "SYNC",
                 (ns, ns + ":v"),
                 (cursor, after, bodies, SYNC_PAGE, self._t(tenant) + ":c:", len(pairs) // 2, *pairs, *again),
             )
+            if entry.first is None:
+                entry.first = fut
+            raw = await fut
             again = []
             next_cursor, more, entries = int(raw[0]), bool(raw[1]), raw[2]
             for cid, ver, meta, etag, evseq, stats, keep, tail, got in entries:
@@ -452,6 +384,7 @@ class RedisStore(SharedStore):
                     msgs = {}
                 if rec.id != _s(cid):
                     rec.id = _s(cid)
+                self._forget_stored(rec.id)  # changed elsewhere (or made again)
                 changed.append(Changed(rec, int(keep), digests, msgs, int(float(_s(ver)))))
             if not more:
                 return Synced(next_cursor, tuple(changed))
@@ -496,6 +429,40 @@ class RedisStore(SharedStore):
         args.extend(lg)
 
     async def commit(self, change: Commit) -> Committed:
+        cid = change.conversation_id
+        stored = self._stored.get(cid) if change.expect else None
+        if stored and any(m.digest in stored for m in change.messages):
+            change = replace(change, messages=tuple(m for m in change.messages if m.digest not in stored))
+        try:
+            res = await self._commit(change)
+        except BaseException:
+            self._forget_stored(cid)
+            raise
+        if not res.ok:
+            self._forget_stored(cid)
+        elif change.messages:
+            self._remember_stored(cid, change.messages)
+        return res
+
+    def _remember_stored(self, cid: str, messages: Iterable[Message]) -> None:
+        mine = self._stored.get(cid)
+        if mine is None:
+            mine = self._stored[cid] = OrderedDict()
+        self._stored.move_to_end(cid)
+        self._stored_n -= len(mine)
+        for m in messages:
+            mine[m.digest] = None
+            mine.move_to_end(m.digest)
+        while len(mine) > STORED_PER_CONVERSATION:
+            mine.popitem(last=False)
+        self._stored_n += len(mine)
+        while self._stored_n > STORED_DIGESTS and len(self._stored) > 1:
+            self._stored_n -= len(self._stored.popitem(last=False)[1])
+
+    def _forget_stored(self, cid: str) -> None:
+        self._stored_n -= len(self._stored.pop(cid, ()))
+
+    async def _commit(self, change: Commit) -> Committed:
         t, cid = change.tenant, change.conversation_id
         base = self._c(t, cid)
         ns = self._ns(t, change.namespace)

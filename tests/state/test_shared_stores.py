@@ -431,6 +431,19 @@ async def test_sqlite_writers_queue_on_the_lock_file_and_give_up_like_a_busy_tim
         await store.close()
 
 
+def _count_encoded(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """The digests of the messages ``module`` encodes from now on (its ``message_to_json``)."""
+    encoded: list[str] = []
+    real = module.message_to_json
+
+    def counting(m: Message) -> Any:
+        encoded.append(m.digest)
+        return real(m)
+
+    monkeypatch.setattr(module, "message_to_json", counting)
+    return encoded
+
+
 async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -439,14 +452,7 @@ async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
     commit's messages are not taken as stored."""
     import proxy.state.sqlite_shared as shared
 
-    encoded: list[str] = []
-    real = shared.message_to_json
-
-    def counting(m: Message) -> str:
-        encoded.append(m.digest)
-        return real(m)
-
-    monkeypatch.setattr(shared, "message_to_json", counting)
+    encoded = _count_encoded(monkeypatch, shared)
     a, b = SharedSQLiteStore(tmp_path / "s.sqlite3"), SharedSQLiteStore(tmp_path / "s.sqlite3")
     await a.open()
     await b.open()
@@ -471,3 +477,69 @@ async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_redis_a_message_this_process_stored_in_a_conversation_is_not_encoded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a conversation's later commits, a message this process's commit already stored
+    in it (the same short turn again) is neither redacted, encoded nor sent again, yet
+    every replica reads it; a create, a refused commit and another process's change of
+    the conversation make it send everything again."""
+    import proxy.state.redis as redis_store
+
+    require_redis()
+    encoded = _count_encoded(monkeypatch, redis_store)
+    with RedisServer(tmp_path / "redis") as server:
+        a, b = RedisStore(server.url), RedisStore(server.url)
+        await a.open()
+        await b.open()
+        try:
+            go, out1, out2 = msg("continue"), msg("tool output 1"), msg("tool output 2")
+            r = rec("c1", (go.digest, out1.digest))
+            first = commit(r, None, msgs=(go, out1))
+            assert (await a.commit(first)).ok
+            assert encoded == [go.digest, out1.digest]
+            r.digests += (go.digest, out2.digest)
+            second = commit(r, first.etag, keep=2, msgs=(go, out2))
+            assert (await a.commit(second)).ok
+            assert encoded[2:] == [out2.digest]  # "continue" is stored in c1 already
+            hist = await b.read_conversation("c1")
+            assert hist is not None and hist.digests == r.digests
+            got = await b.conversation_messages(hist, r.digests)
+            assert [got[d].parts[0].text for d in r.digests] == ["continue", "tool output 1", "continue", "tool output 2"]
+            # refused: the memory of c1 is dropped, the next commit sends everything
+            assert not (await a.commit(commit(r, "stale", keep=4, msgs=(go,)))).ok
+            third = commit(r, second.etag, keep=4, msgs=(go,))
+            assert (await a.commit(third)).ok
+            assert encoded[3:] == [go.digest]
+            # another process changes c1: a's sync brings it, and a sends everything again
+            r.digests += (out1.digest,)
+            fourth = commit(r, third.etag, keep=4, msgs=(out1,))
+            assert (await b.commit(fourth)).ok
+            await a.sync("t1", "t1", 0)
+            r.digests += (go.digest,)
+            assert (await a.commit(commit(r, fourth.etag, keep=5, msgs=(go, out1)))).ok
+            assert encoded[4:] == [out1.digest, go.digest, out1.digest]
+            # a create sends every message, whatever was remembered
+            r2 = rec("c2", (go.digest,))
+            assert (await a.commit(commit(r2, None, msgs=(go,)))).ok
+            assert (await a.commit(commit(r2, None, msgs=(go,)))).reason == "exists"
+            assert encoded[7:] == [go.digest, go.digest]
+        finally:
+            await a.close()
+            await b.close()
+
+
+def test_redis_the_memory_of_stored_messages_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.state.redis as redis_store
+
+    monkeypatch.setattr(redis_store, "STORED_DIGESTS", 5)
+    monkeypatch.setattr(redis_store, "STORED_PER_CONVERSATION", 3)
+    store = RedisStore("redis://127.0.0.1:1/0")
+    for c in range(4):
+        store._remember_stored(f"c{c}", [msg(f"m{c}-{i}") for i in range(4)])  # 3 kept of each
+        assert store._stored_n == sum(len(d) for d in store._stored.values()) <= 5
+    assert list(store._stored) == ["c3"] and len(store._stored["c3"]) == 3  # the most recent
+    store._forget_stored("c3")
+    assert store._stored_n == 0 and not store._stored
