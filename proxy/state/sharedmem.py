@@ -13,7 +13,10 @@ result, read back here by ``preadv`` into a ``bytearray``.
 
 The copying is done by a thread of its own (:func:`submit`), never by the caller: the
 event loop hands a 10 MB body to the worker without copying it itself (in the kernel,
-a fresh segment's pages cost ~20 ms of the caller's CPU time for 10 MB).
+a fresh segment's pages cost ~20 ms of the caller's CPU time for 10 MB). An ASCII
+``str`` is written straight from its own buffer (slicing and encoding it first held
+the GIL for two copies of every slice: the packer thread's GIL samples under
+``bench.stall``), and a result is read into a ``bytearray`` not zeroed first.
 
 The server creates and owns every segment (mode 0600, unlinked as soon as the call is
 over, registered with multiprocessing's resource tracker, which unlinks what a killed
@@ -25,6 +28,7 @@ descriptors, never mapped: a full ``/dev/shm`` (Docker's default is 64 MB) is th
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -41,6 +45,14 @@ __all__ = ["HANDOFF_BYTES", "SLICE", "Joined", "Output", "Packed", "call", "pack
 HANDOFF_BYTES = 1 << 20
 #: Bytes encoded or copied per step.
 SLICE = 1 << 20
+
+# an ASCII str's UTF-8 is its own buffer (no copy; the str is kept alive by the caller)
+_str_buffer = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+_str_buffer.restype = ctypes.c_void_p
+_str_buffer.argtypes = [ctypes.py_object, ctypes.c_void_p]
+_new_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
+_new_bytearray.restype = ctypes.py_object
+_new_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 try:
     import _posixshmem  # what multiprocessing.shared_memory uses on POSIX
@@ -100,7 +112,12 @@ def _pieces(value: str | bytes) -> Iterator[bytes | memoryview]:
         for at in range(0, len(value), SLICE):
             yield view[at : at + SLICE]
         return
-    step = SLICE if value.isascii() else max(1, SLICE // 4)
+    if value.isascii():  # its UTF-8 is its own buffer: written from there, no copy made here
+        addr = _str_buffer(value, None)
+        for at in range(0, len(value), SLICE):
+            yield memoryview((ctypes.c_char * min(SLICE, len(value) - at)).from_address(addr + at)).cast("B")
+        return
+    step = max(1, SLICE // 4)
     for at in range(0, len(value), step):
         yield value[at : at + step].encode("utf-8", "surrogatepass")
 
@@ -168,7 +185,7 @@ class Packed:
         *head, last = result
         if not isinstance(last, _Written):
             return result
-        data = bytearray(last.size)
+        data = _new_bytearray(None, last.size)  # not zeroed first: every byte is read into it
         _read_into(self._fds[out.name], data)
         return (*head, data)
 
