@@ -23,25 +23,14 @@ import asyncio
 import ctypes
 from collections.abc import Iterable
 
+from proxy.state import rawmem
+
 __all__ = ["MAX_BYTES", "MIN_BYTES", "SLICE", "AsciiText", "Collector", "Filling", "ascii_text", "ascii_texts_later"]
 
 #: Bodies from this many bytes on are filled as they arrive...
 MIN_BYTES = 1 << 20
 #: ...up to this many (a larger one is joined at the end, as before).
 MAX_BYTES = 256 << 20
-
-_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
-_new_bytes.restype = ctypes.py_object
-_new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-_bytes_buffer = ctypes.pythonapi.PyBytes_AsString
-_bytes_buffer.restype = ctypes.c_void_p
-_bytes_buffer.argtypes = [ctypes.py_object]
-_new_str = ctypes.pythonapi.PyUnicode_New
-_new_str.restype = ctypes.py_object
-_new_str.argtypes = [ctypes.c_ssize_t, ctypes.c_uint32]
-_str_buffer = ctypes.pythonapi.PyUnicode_AsUTF8AndSize  # an ASCII str's UTF-8 is its own buffer
-_str_buffer.restype = ctypes.c_void_p
-_str_buffer.argtypes = [ctypes.py_object, ctypes.c_void_p]
 
 #: Bytes copied per step of :func:`ascii_text` (the loop runs others between steps).
 SLICE = 1 << 20
@@ -57,8 +46,8 @@ class Filling:
         if size < MIN_BYTES:
             raise ValueError(f"a Filling is for bodies of {MIN_BYTES} bytes or more")
         self.size = size
-        self._value: bytes | None = _new_bytes(None, size)
-        self._addr: int = _bytes_buffer(self._value)
+        self._value: bytes | None = rawmem.new_bytes(size)
+        self._addr = rawmem.bytes_address(self._value)
         self._at = 0
 
     def add(self, chunk: bytes) -> bool:
@@ -141,15 +130,15 @@ class AsciiText:
 
     def __init__(self, body: bytes | bytearray, start: int, end: int) -> None:
         self._body, self._start, self._n, self._at = body, start, end - start, 0
-        self._text: str = _new_str(self._n, 127)  # compact ASCII, uninitialised
-        self._dst: int = _str_buffer(self._text, None)
+        self._text = rawmem.new_ascii(self._n)
+        self._dst = rawmem.ascii_address(self._text)
 
     def step(self) -> str | None:
         """Copy the next slice; the text once it is whole."""
         at, body = self._at, self._body
         n = min(SLICE, self._n - at)
         if type(body) is bytes:
-            ctypes.memmove(self._dst + at, _bytes_buffer(body) + self._start + at, n)
+            ctypes.memmove(self._dst + at, rawmem.bytes_address(body) + self._start + at, n)
         elif n:  # a bytearray: its buffer for this step only (it may not resize meanwhile)
             src = (ctypes.c_char * n).from_buffer(body, self._start + at)
             ctypes.memmove(self._dst + at, src, n)

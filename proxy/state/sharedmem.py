@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any, TypeVar
 
+from proxy.state import rawmem
+
 T = TypeVar("T")
 
 __all__ = ["HANDOFF_BYTES", "SLICE", "Joined", "Output", "Packed", "call", "pack", "submit", "supported"]
@@ -45,14 +47,6 @@ __all__ = ["HANDOFF_BYTES", "SLICE", "Joined", "Output", "Packed", "call", "pack
 HANDOFF_BYTES = 1 << 20
 #: Bytes encoded or copied per step.
 SLICE = 1 << 20
-
-# an ASCII str's UTF-8 is its own buffer (no copy; the str is kept alive by the caller)
-_str_buffer = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
-_str_buffer.restype = ctypes.c_void_p
-_str_buffer.argtypes = [ctypes.py_object, ctypes.c_void_p]
-_new_bytearray = ctypes.pythonapi.PyByteArray_FromStringAndSize
-_new_bytearray.restype = ctypes.py_object
-_new_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
 
 try:
     import _posixshmem  # what multiprocessing.shared_memory uses on POSIX
@@ -113,7 +107,7 @@ def _pieces(value: str | bytes) -> Iterator[bytes | memoryview]:
             yield view[at : at + SLICE]
         return
     if value.isascii():  # its UTF-8 is its own buffer: written from there, no copy made here
-        addr = _str_buffer(value, None)
+        addr = rawmem.ascii_address(value)
         for at in range(0, len(value), SLICE):
             yield memoryview((ctypes.c_char * min(SLICE, len(value) - at)).from_address(addr + at)).cast("B")
         return
@@ -185,7 +179,7 @@ class Packed:
         *head, last = result
         if not isinstance(last, _Written):
             return result
-        data = _new_bytearray(None, last.size)  # not zeroed first: every byte is read into it
+        data = rawmem.new_bytearray(last.size)  # not zeroed first: every byte is read into it
         _read_into(self._fds[out.name], data)
         return (*head, data)
 

@@ -76,19 +76,20 @@ def test_an_ascii_text_made_a_slice_at_a_time_is_its_decoding(text: str, head: i
     body: bytes | bytearray = bytearray(raw) if as_bytearray else raw
     steps = 0
 
-    async def other() -> None:
-        nonlocal steps
-        while True:
-            steps += 1
-            await asyncio.sleep(0)
-
     async def make() -> str:
-        beside = asyncio.ensure_future(other())
-        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Handle] = []
+
+        def beside() -> None:  # another callback of the loop, counting its turns
+            nonlocal steps
+            steps += 1
+            pending[:] = [loop.call_soon(beside)]
+
+        beside()
         try:
             return await filled.ascii_text(body, head, head + len(text))
         finally:
-            beside.cancel()
+            pending[0].cancel()
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(filled, "MIN_BYTES", 16)
