@@ -25,15 +25,13 @@ from collections.abc import Iterable
 
 from proxy.state import rawmem
 
-__all__ = ["MAX_BYTES", "MIN_BYTES", "SLICE", "AsciiText", "Collector", "Filling", "ascii_text", "ascii_texts_later"]
+__all__ = ["MAX_BYTES", "MIN_BYTES", "Collector", "Filling", "ascii_text", "ascii_texts_later"]
 
 #: Bodies from this many bytes on are filled as they arrive...
 MIN_BYTES = 1 << 20
 #: ...up to this many (a larger one is joined at the end, as before).
 MAX_BYTES = 256 << 20
 
-#: Bytes copied per step of :func:`ascii_text` (the loop runs others between steps).
-SLICE = 1 << 20
 
 
 class Filling:
@@ -119,40 +117,12 @@ class Collector:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
 
 
-class AsciiText:
-    """``str(body[start:end], "ascii")`` for bytes known to be ASCII, made a
-    :data:`SLICE` at a time (:meth:`step`): decoded in one call, a 10 MB text is a 10 MB
-    allocation faulted in at once (3-4 ms holding the GIL on a quiet core,
-    ``bench.stall``'s longest loop step after the joins). The ``str`` is written only
-    before anyone else holds it (its hash not computed yet)."""
-
-    __slots__ = ("_at", "_body", "_dst", "_n", "_start", "_text")
-
-    def __init__(self, body: bytes | bytearray, start: int, end: int) -> None:
-        self._body, self._start, self._n, self._at = body, start, end - start, 0
-        self._text = rawmem.new_ascii(self._n)
-        self._dst = rawmem.ascii_address(self._text)
-
-    def step(self) -> str | None:
-        """Copy the next slice; the text once it is whole."""
-        at, body = self._at, self._body
-        n = min(SLICE, self._n - at)
-        if type(body) is bytes:
-            ctypes.memmove(self._dst + at, rawmem.bytes_address(body) + self._start + at, n)
-        elif n:  # a bytearray: its buffer for this step only (it may not resize meanwhile)
-            src = (ctypes.c_char * n).from_buffer(body, self._start + at)
-            ctypes.memmove(self._dst + at, src, n)
-            del src
-        self._at = at + n
-        return self._text if self._at >= self._n else None
-
-
 async def ascii_text(body: bytes | bytearray, start: int, end: int) -> str:
-    """:class:`AsciiText`, the event loop free between slices (below :data:`MIN_BYTES`:
+    """:class:`~proxy.state.rawmem.AsciiText`, the event loop free between slices (below :data:`MIN_BYTES`:
     decoded at once)."""
     if end - start < MIN_BYTES:
         return str(memoryview(body)[start:end], "ascii")
-    making = AsciiText(body, start, end)
+    making = rawmem.AsciiText(body, start, end)
     while (text := making.step()) is None:
         await asyncio.sleep(0)
     return text
@@ -161,14 +131,14 @@ async def ascii_text(body: bytes | bytearray, start: int, end: int) -> str:
 def ascii_texts_later(
     body: bytes | bytearray, spans: Iterable[tuple[int, int]], made: dict[tuple[int, int], str]
 ) -> asyncio.Future[None]:
-    """:class:`AsciiText` of each span of :data:`MIN_BYTES` or more (the spans
+    """:class:`~proxy.state.rawmem.AsciiText` of each span of :data:`MIN_BYTES` or more (the spans
     :func:`proxy.core.bodyrefs.ascii_spans` gives) into ``made`` (``bodyrefs.loads``'
     argument), one slice per loop step from callbacks — no task, so a server stopping
     meanwhile leaves nothing pending behind — done when the future is."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     todo = [(a, b) for a, b in spans if b - a >= MIN_BYTES]
-    making: list[AsciiText] = []
+    making: list[rawmem.AsciiText] = []
 
     def step() -> None:
         if done.cancelled():
@@ -177,7 +147,7 @@ def ascii_texts_later(
             if not todo:
                 done.set_result(None)
                 return
-            making.append(AsciiText(body, *todo[0]))
+            making.append(rawmem.AsciiText(body, *todo[0]))
         text = making[0].step()
         if text is not None:
             made[todo.pop(0)] = text

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["ascii_address", "bytes_address", "new_ascii", "new_bytearray", "new_bytes"]
+__all__ = ["SLICE", "AsciiText", "ascii_address", "bytes_address", "new_ascii", "new_bytearray", "new_bytes"]
 
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes.restype = ctypes.py_object
@@ -64,3 +64,36 @@ def ascii_address(s: str) -> int:
 def new_bytearray(n: int) -> bytearray:
     """A new ``bytearray`` of ``n`` bytes, not zeroed first."""
     return _new_bytearray(None, n)  # type: ignore[no-any-return]
+
+
+#: Bytes copied per :meth:`AsciiText.step`.
+SLICE = 1 << 20
+
+
+class AsciiText:
+    """``str(body[start:end], "ascii")`` for bytes known to be ASCII, made a
+    :data:`SLICE` at a time (:meth:`step`): decoded in one call, a 10 MB text is a 10 MB
+    allocation faulted in at once (3-4 ms holding the GIL on a quiet core,
+    ``bench.stall``'s longest loop step after the joins). Each slice is copied by
+    ``memmove`` through ctypes, without the GIL. The ``str`` is written only
+    before anyone else holds it (its hash not computed yet)."""
+
+    __slots__ = ("_at", "_body", "_dst", "_n", "_start", "_text")
+
+    def __init__(self, body: bytes | bytearray, start: int, end: int) -> None:
+        self._body, self._start, self._n, self._at = body, start, end - start, 0
+        self._text = new_ascii(self._n)
+        self._dst = ascii_address(self._text)
+
+    def step(self) -> str | None:
+        """Copy the next slice; the text once it is whole."""
+        at, body = self._at, self._body
+        n = min(SLICE, self._n - at)
+        if type(body) is bytes:
+            ctypes.memmove(self._dst + at, bytes_address(body) + self._start + at, n)
+        elif n:  # a bytearray: its buffer for this step only (it may not resize meanwhile)
+            src = (ctypes.c_char * n).from_buffer(body, self._start + at)
+            ctypes.memmove(self._dst + at, src, n)
+            del src
+        self._at = at + n
+        return self._text if self._at >= self._n else None

@@ -100,8 +100,8 @@ class _Written:
     size: int
 
 
-def _pieces(value: str | bytes) -> Iterator[bytes | memoryview]:
-    if isinstance(value, bytes):
+def _pieces(value: str | bytes | bytearray) -> Iterator[bytes | memoryview]:
+    if isinstance(value, (bytes, bytearray)):  # (a bytearray arrives as bytes)
         view = memoryview(value)
         for at in range(0, len(value), SLICE):
             yield view[at : at + SLICE]
@@ -154,7 +154,7 @@ class Packed:
         """``value`` with every long ``str``/``bytes`` in it (inside tuples and lists too)
         written into a segment and replaced by its reference (and a :class:`Joined`'s
         pieces, one after the other)."""
-        if isinstance(value, (str, bytes, Joined)) and len(value) >= HANDOFF_BYTES:
+        if isinstance(value, (str, bytes, bytearray, Joined)) and len(value) >= HANDOFF_BYTES:
             name, fd = self._new(0)
             at = 0
             for piece in value.pieces if isinstance(value, Joined) else _pieces(value):
@@ -249,7 +249,7 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], out: Output | None = Non
 
 
 def _long(value: Any) -> bool:
-    if isinstance(value, (str, bytes, Joined)):
+    if isinstance(value, (str, bytes, bytearray, Joined)):
         return len(value) >= HANDOFF_BYTES
     if isinstance(value, (tuple, list)):
         return any(_long(v) for v in value)

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 from proxy.core.messages import Message
 from proxy.core.prefix import common_prefix
+from proxy.state.longrows import LONG_ROW, message_from_long_row, read_blob
 from proxy.state.offload import OFFLOAD_CHARS
 from proxy.state.records import (
     ConversationRecord,
@@ -94,7 +95,7 @@ def _blob_value(text: str) -> str | bytes:
 
 def _as_committed(m: Message) -> Message:
     """A pending message as a committed read will return it (its secrets redacted)."""
-    return message_from_json(message_to_json(m))
+    return message_from_long_row(message_to_json(m))
 
 
 #: A message row of this many bytes or more (a long one, encoded in the store's worker)
@@ -426,21 +427,32 @@ class SQLiteStore(Store):
         # (bench.stall: a small request's hydration waited 0.3-3 s behind one)
         long_ = {d: m for d, m in pending.items() if any(len(p.text) > OFFLOAD_CHARS for p in m.parts)}
 
-        def _load() -> dict[str, Message]:
+        def _load() -> tuple[dict[str, Message], dict[str, bytes]]:
             assert self._rconn is not None
             # a pending row as a committed read would return it (secrets redacted)
             out = {d: _as_committed(m) for d, m in pending.items() if d not in long_}
+            rows: dict[str, bytes] = {}
             for i in range(0, len(stored), 500):
                 chunk = stored[i : i + 500]
-                q = f"SELECT digest, body FROM messages WHERE digest IN ({','.join('?' * len(chunk))})"
-                for d, body in self._rconn.execute(q, chunk):
-                    out[d] = message_from_json(body)
-            return out
+                # a long row (a BLOB) is not fetched with the others: read here without a
+                # 10 MB C call holding the GIL, decoded beside this thread
+                # (proxy.state.longrows)
+                q = (f"SELECT digest, CASE WHEN typeof(body) = 'blob' AND length(body) >= {LONG_ROW} "
+                     f"THEN NULL ELSE body END, rowid, length(body) FROM messages "
+                     f"WHERE digest IN ({','.join('?' * len(chunk))})")
+                for d, body, rowid, size in self._rconn.execute(q, chunk).fetchall():
+                    if body is None:
+                        rows[d] = read_blob(self._rconn, "messages", "body", rowid, size)
+                    else:
+                        out[d] = message_from_json(body)
+            return out, rows
 
         loop = asyncio.get_running_loop()
         ready = [loop.run_in_executor(None, _as_committed, m) for m in long_.values()]
-        out = await loop.run_in_executor(self._reader, _load)
+        out, rows = await loop.run_in_executor(self._reader, _load)
+        decoded = [loop.run_in_executor(None, message_from_long_row, body) for body in rows.values()]
         out.update(zip(long_, await asyncio.gather(*ready), strict=True))
+        out.update(zip(rows, await asyncio.gather(*decoded), strict=True))
         return out
 
     async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from proxy.core import bodyrefs
 from proxy.server import filled
+from proxy.state import rawmem
 from tests.e2e.stack import GateStack
 from tests.support.fake_upstream import Call, Reply
 
@@ -25,7 +26,7 @@ from tests.support.fake_upstream import Call, Reply
 def small_thresholds() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(filled, "MIN_BYTES", 16)
-        mp.setattr(filled, "SLICE", 7)
+        mp.setattr(rawmem, "SLICE", 7)
         yield
 
 
@@ -93,7 +94,7 @@ def test_an_ascii_text_made_a_slice_at_a_time_is_its_decoding(text: str, head: i
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(filled, "MIN_BYTES", 16)
-        mp.setattr(filled, "SLICE", 7)
+        mp.setattr(rawmem, "SLICE", 7)
         got = asyncio.run(make())
     assert type(got) is str and got == text and hash(got) == hash("".join(text))
     if len(text) >= 16:
