@@ -15,6 +15,11 @@ announced bytes came. Any other outcome (more or fewer bytes than announced) is 
 caller's to handle with the chunks it kept — the result is byte for byte
 ``b"".join(chunks)`` either way. The object is written only before anyone else holds
 it (its hash is not computed yet): as far as Python code can tell, an ordinary ``bytes``.
+
+The same holds for a long ASCII string made from a span of a body (what a worker
+decoded comes back as spans, :mod:`proxy.core.bodyrefs`): :func:`ascii_text` and
+:func:`ascii_texts_later` make it a slice per loop step
+(:class:`proxy.state.rawmem.AsciiText`) instead of one 10 MB decode.
 """
 
 from __future__ import annotations
