@@ -19,7 +19,10 @@ import io
 import pickle
 from typing import Any
 
-__all__ = ["MIN_CHARS", "dumps", "loads", "long_strings"]
+__all__ = ["MIN_CHARS", "ascii_spans", "dumps", "loads", "long_strings"]
+
+#: What spans are made from: a body (``bytes``) or a worker's output (``bytearray``).
+Buffer = bytes | bytearray
 
 #: Strings from this many characters on travel as a span of the body when they can.
 MIN_CHARS = 1 << 16
@@ -31,6 +34,7 @@ class _Pickler(pickle.Pickler):
         self.body = body
         self.spans: dict[int, tuple[int, int] | None] = {}
         self.keep: list[str] = []  # the strings looked up: their ids stay theirs
+        self.ascii: list[tuple[int, int]] = []  # the spans of ASCII strings
 
     def persistent_id(self, obj: Any) -> tuple[int, int] | None:
         if type(obj) is not str or len(obj) < MIN_CHARS:
@@ -38,7 +42,9 @@ class _Pickler(pickle.Pickler):
         key = id(obj)
         if key not in self.spans:
             self.keep.append(obj)
-            self.spans[key] = _span(obj, self.body)
+            span = self.spans[key] = _span(obj, self.body)
+            if span is not None and obj.isascii():
+                self.ascii.append(span)
         return self.spans[key]
 
 
@@ -67,10 +73,10 @@ _TRIES = 8
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, body: bytes) -> None:
+    def __init__(self, file: io.BytesIO, body: Buffer, made: dict[tuple[int, int], str] | None) -> None:
         super().__init__(file)
         self.body = body
-        self.made: dict[tuple[int, int], str] = {}
+        self.made: dict[tuple[int, int], str] = dict(made or {})
 
     def persistent_load(self, pid: Any) -> str:
         start, end = pid
@@ -109,12 +115,24 @@ def long_strings(value: Any) -> bytes:
 
 
 def dumps(value: Any, body: bytes) -> bytes:
-    """``value`` pickled, its long strings found verbatim in ``body`` as spans of it."""
+    """``value`` pickled, its long strings found verbatim in ``body`` as spans of it
+    (and which of those spans are ASCII: :func:`ascii_spans`)."""
     buf = io.BytesIO()
-    _Pickler(buf, body).dump(value)
-    return buf.getvalue()
+    pickler = _Pickler(buf, body)
+    pickler.dump(value)
+    return pickle.dumps((tuple(pickler.ascii), buf.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def loads(data: bytes, body: bytes) -> Any:
-    """What :func:`dumps` pickled, its spans made from the same ``body``."""
-    return _Unpickler(io.BytesIO(data), body).load()
+def ascii_spans(data: bytes) -> tuple[tuple[int, int], ...]:
+    """The spans ``(start, end)`` of the body that :func:`dumps` gave for ASCII strings
+    (whose UTF-8 is their text: a caller may make them itself, :func:`loads`'
+    ``made``)."""
+    spans, _ = pickle.loads(data)
+    return spans  # type: ignore[no-any-return]
+
+
+def loads(data: bytes, body: Buffer, made: dict[tuple[int, int], str] | None = None) -> Any:
+    """What :func:`dumps` pickled, its spans made from the same ``body`` — or taken
+    from ``made``, the strings of some spans made already (equal to their decoding)."""
+    _, inner = pickle.loads(data)
+    return _Unpickler(io.BytesIO(inner), body, made).load()

@@ -19,6 +19,7 @@ from proxy.core import bodyrefs
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
 from proxy.gate.background import in_daemon_thread
 from proxy.gate.observation import Observation
+from proxy.server import filled
 from proxy.server.sse import SSESplitter
 from proxy.state import offload, sharedmem
 
@@ -119,14 +120,15 @@ class TrackingTap:
             return body
 
         parsing = _parse_elsewhere(api, body)
+        made: dict[tuple[int, int], str] = {}
 
         def reply() -> Reply | None:
             pickled = _worker_result(parsing) if parsing is not None else None
             if pickled is None:  # no worker, or drained before it was done (or it failed): here
                 return _reply_of(api, body)[0]
-            return bodyrefs.loads(pickled, body)[0]  # type: ignore[no-any-return]
+            return bodyrefs.loads(pickled, body, made)[0]  # type: ignore[no-any-return]
 
-        self._record(reply, "ok", _awaitable(parsing) if parsing is not None else None)
+        self._record(reply, "ok", _prepared(parsing, lambda p: (p, body), made) if parsing is not None else None)
         return body
 
     def feed_event(self, raw_event: bytes) -> list[bytes]:
@@ -190,18 +192,20 @@ class TrackingTap:
             self._record(here, status)
             return
 
+        made: dict[tuple[int, int], str] = {}
+
         def reply() -> Reply | None:
             done = _worker_result(parsing)
             if done is None:  # drained before the worker was done (or it failed): here
                 return here()
             pickled, texts = done
             if pickled:
-                return bodyrefs.loads(pickled, texts)[0]  # type: ignore[no-any-return]
+                return bodyrefs.loads(pickled, texts, made)[0]  # type: ignore[no-any-return]
             if status != "ok":
                 return None
             raise ValueError("the stream's events could not be assembled")
 
-        self._record(reply, status, _awaitable(parsing))
+        self._record(reply, status, _prepared(parsing, lambda d: d, made))
 
     def _assembled_or_none(self) -> Reply | None:
         try:
@@ -241,6 +245,42 @@ def _awaitable(parsing: Future[Any]) -> asyncio.Future[Any]:
     fut = asyncio.wrap_future(parsing)
     fut.add_done_callback(lambda f: f.cancelled() or f.exception())
     return fut
+
+
+def _prepared(
+    parsing: Future[T], pickled_of: Callable[[T], tuple[bytes, bytes | bytearray]], made: dict[tuple[int, int], str]
+) -> asyncio.Future[Any]:
+    """:func:`_awaitable`, and once the worker is done, the long ASCII strings of what it
+    pickled made into ``made`` a slice at a time (:func:`proxy.server.filled.ascii_texts_later`):
+    the record's ``bodyrefs.loads`` then decodes none of them in one step. Its failure
+    is the worker's (the record parses here then)."""
+    worker = _awaitable(parsing)
+    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    out.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def settle(f: asyncio.Future[Any]) -> None:
+        error = None if f.cancelled() else f.exception()
+        if out.done():
+            return
+        if error is None:
+            out.set_result(None)
+        else:
+            out.set_exception(error)
+
+    def worked(f: asyncio.Future[Any]) -> None:
+        if f.cancelled() or f.exception() is not None:
+            settle(f)
+            return
+        try:
+            pickled, body = pickled_of(f.result())
+            spans = bodyrefs.ascii_spans(pickled) if pickled else ()
+        except Exception as exc:  # noqa: BLE001 - the record decodes it itself (and fails there)
+            out.set_exception(exc)
+            return
+        filled.ascii_texts_later(body, spans, made).add_done_callback(settle)
+
+    worker.add_done_callback(worked)
+    return out
 
 
 def _in_loop() -> bool:

@@ -12,7 +12,8 @@ the worker, stay on the loop as before. The worker also digests the new messages
 that have a long text (hashing 10 MB is ~16 ms), and the gate, building the same
 messages from the same text objects, finds their digests made
 (:func:`proxy.core.messages.remember_digests`). The long strings of what it decoded come
-back as spans of the body the loop holds (:mod:`proxy.core.bodyrefs`), not pickled.
+back as spans of the body the loop holds (:mod:`proxy.core.bodyrefs`), not pickled; an
+ASCII one is made from its span a slice at a time (:func:`proxy.server.filled.ascii_text`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from proxy.core import bodyrefs
 from proxy.core.jsonbody import BodyCache, Decoded, decode_part
 from proxy.core.messages import Message, from_any, has_long_text, remember_digests
+from proxy.server import filled
 from proxy.state import offload
 
 __all__ = ["OFFLOAD_BYTES", "loads"]
@@ -53,7 +55,11 @@ async def _decoded(data: bytes, b: int, mode: str, key: str) -> tuple[Decoded, t
     """:func:`_decode` in the worker (``None``: no worker); its long strings made here
     from ``data`` (:mod:`proxy.core.bodyrefs`)."""
     pickled = await offload.run(_decode, data, b, mode, key)
-    return None if pickled is None else bodyrefs.loads(pickled, data)
+    if pickled is None:
+        return None
+    made: dict[tuple[int, int], str] = {}
+    await filled.ascii_texts_later(data, bodyrefs.ascii_spans(pickled), made)  # a slice at a time
+    return bodyrefs.loads(pickled, data, made)  # type: ignore[no-any-return]
 
 
 def _decode(data: bytes, b: int, mode: str, key: str) -> bytes:

@@ -22,7 +22,7 @@ from aiohttp import http_exceptions, web
 from proxy.config import Upstream
 from proxy.core.jsonbody import BodyCache
 from proxy.metrics import METRICS_KEY
-from proxy.server import bodyparse
+from proxy.server import bodyparse, filled
 from proxy.server.decide import decide
 from proxy.server.deferred import AfterSend, merge
 from proxy.server.errors import ProxyError
@@ -85,17 +85,17 @@ async def _read_body(request: web.Request, limit: int) -> bytes | None:
     declared = request.content_length
     if declared is not None and declared > limit:
         return None
-    chunks: list[bytes] = []
+    chunks = filled.Collector(declared)  # a large body is made as it arrives, not joined
     size = 0
     try:
         async for chunk in request.content.iter_any():
             size += len(chunk)
             if size > limit:
                 return None
-            chunks.append(chunk)
+            chunks.add(chunk)
     except (web.RequestPayloadError, http_exceptions.HttpProcessingError) as exc:
         raise _BadBody(type(exc).__name__) from None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
+    return chunks.result()
 
 
 def new_record(request: web.Request) -> RequestRecord:

@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from proxy.server import filled
 from proxy.server.errors import ProxyError, sse_error_event
 from proxy.server.headers import downstream_headers
 from proxy.server.hooks import Decision, DialectName, ResponseTap
@@ -172,7 +173,7 @@ async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
     rec, up, decision, secret = r.rec, r.up, r.decision, r.secret
     t = time.perf_counter()
     try:
-        raw = await up.read()
+        raw = await read_whole(up)
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         rec.upstream_wait += time.perf_counter() - t
         err, reason = upstream_failure(exc)
@@ -184,6 +185,24 @@ async def _relay_tapped_json(r: _Relay, tap: ResponseTap) -> web.StreamResponse:
     rec.upstream_wait += time.perf_counter() - t
     return await respond_tapped(r, tap, raw)
 
+
+
+async def read_whole(up: aiohttp.ClientResponse) -> bytes:
+    """``await up.read()``; a large body (a ``Content-Length`` from
+    :data:`~proxy.server.filled.MIN_BYTES` on) made as it arrives
+    (:mod:`proxy.server.filled`), not joined in one step at the end."""
+    declared = up.content_length
+    if declared is None or declared < filled.MIN_BYTES:
+        return await up.read()
+    chunks = filled.Collector(declared)
+    try:
+        async for chunk in up.content.iter_any():
+            chunks.add(chunk)
+    except BaseException:
+        up.close()
+        raise
+    await up.read()  # at the end of the stream: b"", and the connection released as read() does
+    return chunks.result()
 
 
 async def respond_tapped(r: _Relay, tap: ResponseTap, raw: bytes) -> web.StreamResponse:

@@ -13,7 +13,10 @@ result, read back here by ``preadv`` into a ``bytearray``.
 
 The copying is done by a thread of its own (:func:`submit`), never by the caller: the
 event loop hands a 10 MB body to the worker without copying it itself (in the kernel,
-a fresh segment's pages cost ~20 ms of the caller's CPU time for 10 MB).
+a fresh segment's pages cost ~20 ms of the caller's CPU time for 10 MB). An ASCII
+``str`` is written straight from its own buffer (slicing and encoding it first held
+the GIL for two copies of every slice: the packer thread's GIL samples under
+``bench.stall``), and a result is read into a ``bytearray`` not zeroed first.
 
 The server creates and owns every segment (mode 0600, unlinked as soon as the call is
 over, registered with multiprocessing's resource tracker, which unlinks what a killed
@@ -25,6 +28,7 @@ descriptors, never mapped: a full ``/dev/shm`` (Docker's default is 64 MB) is th
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -32,6 +36,8 @@ from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolEx
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any, TypeVar
+
+from proxy.state import rawmem
 
 T = TypeVar("T")
 
@@ -94,13 +100,18 @@ class _Written:
     size: int
 
 
-def _pieces(value: str | bytes) -> Iterator[bytes | memoryview]:
-    if isinstance(value, bytes):
+def _pieces(value: str | bytes | bytearray) -> Iterator[bytes | memoryview]:
+    if isinstance(value, (bytes, bytearray)):  # (a bytearray arrives as bytes)
         view = memoryview(value)
         for at in range(0, len(value), SLICE):
             yield view[at : at + SLICE]
         return
-    step = SLICE if value.isascii() else max(1, SLICE // 4)
+    if value.isascii():  # its UTF-8 is its own buffer: written from there, no copy made here
+        addr = rawmem.ascii_address(value)
+        for at in range(0, len(value), SLICE):
+            yield memoryview((ctypes.c_char * min(SLICE, len(value) - at)).from_address(addr + at)).cast("B")
+        return
+    step = max(1, SLICE // 4)
     for at in range(0, len(value), step):
         yield value[at : at + step].encode("utf-8", "surrogatepass")
 
@@ -143,7 +154,7 @@ class Packed:
         """``value`` with every long ``str``/``bytes`` in it (inside tuples and lists too)
         written into a segment and replaced by its reference (and a :class:`Joined`'s
         pieces, one after the other)."""
-        if isinstance(value, (str, bytes, Joined)) and len(value) >= HANDOFF_BYTES:
+        if isinstance(value, (str, bytes, bytearray, Joined)) and len(value) >= HANDOFF_BYTES:
             name, fd = self._new(0)
             at = 0
             for piece in value.pieces if isinstance(value, Joined) else _pieces(value):
@@ -168,7 +179,7 @@ class Packed:
         *head, last = result
         if not isinstance(last, _Written):
             return result
-        data = bytearray(last.size)
+        data = rawmem.new_bytearray(last.size)  # not zeroed first: every byte is read into it
         _read_into(self._fds[out.name], data)
         return (*head, data)
 
@@ -238,7 +249,7 @@ def call(fn: Callable[..., Any], args: tuple[Any, ...], out: Output | None = Non
 
 
 def _long(value: Any) -> bool:
-    if isinstance(value, (str, bytes, Joined)):
+    if isinstance(value, (str, bytes, bytearray, Joined)):
         return len(value) >= HANDOFF_BYTES
     if isinstance(value, (tuple, list)):
         return any(_long(v) for v in value)

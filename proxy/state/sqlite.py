@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 from proxy.core.messages import Message
 from proxy.core.prefix import common_prefix
+from proxy.state.longrows import LONG_ROW, message_from_long_row, read_blob
 from proxy.state.offload import OFFLOAD_CHARS
 from proxy.state.records import (
     ConversationRecord,
@@ -94,7 +95,31 @@ def _blob_value(text: str) -> str | bytes:
 
 def _as_committed(m: Message) -> Message:
     """A pending message as a committed read will return it (its secrets redacted)."""
-    return message_from_json(message_to_json(m))
+    return message_from_long_row(message_to_json(m))
+
+
+#: A message row of this many bytes or more (a long one, encoded in the store's worker)
+#: is written into its blob a slice of :data:`BLOB_SLICE` at a time.
+STREAMED_ROW = 1 << 20
+BLOB_SLICE = 1 << 20
+
+
+def _streamed(body: str | bytes | bytearray) -> bool:
+    return not isinstance(body, str) and len(body) >= STREAMED_ROW
+
+
+def _insert_streamed(conn: sqlite3.Connection, digest: str, body: bytes | bytearray) -> None:
+    """``INSERT OR IGNORE`` of a long row's UTF-8 bytes as the table holds them (a BLOB),
+    written through SQLite's incremental blob I/O: binding 10 MB copies it in one call
+    holding the GIL (the writer thread's largest GIL samples under ``bench.stall``),
+    each ``Blob.write`` copies a slice without it."""
+    cur = conn.execute("INSERT OR IGNORE INTO messages(digest, body) VALUES(?, zeroblob(?))", (digest, len(body)))
+    if cur.rowcount != 1 or cur.lastrowid is None:  # stored already (rows are content-addressed)
+        return
+    view = memoryview(body)
+    with conn.blobopen("messages", "body", cur.lastrowid) as blob:
+        for at in range(0, len(view), BLOB_SLICE):
+            blob.write(view[at : at + BLOB_SLICE])
 
 
 def _chunks(n: int) -> int:
@@ -209,10 +234,14 @@ class SQLiteStore(Store):
                     self._written.pop(cid, None)
                 self._need_gc = True
             if batch.messages:
+                rows = [(d, message_to_json(m)) for d, m in batch.messages.items()]
                 conn.executemany(
                     "INSERT OR IGNORE INTO messages(digest, body) VALUES(?, ?)",
-                    [(d, message_to_json(m)) for d, m in batch.messages.items()],
+                    [(d, body) for d, body in rows if not _streamed(body)],
                 )
+                for d, body in rows:
+                    if not isinstance(body, str) and _streamed(body):
+                        _insert_streamed(conn, d, body)
             if batch.blobs:
                 conn.executemany(
                     "INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)",
@@ -398,21 +427,32 @@ class SQLiteStore(Store):
         # (bench.stall: a small request's hydration waited 0.3-3 s behind one)
         long_ = {d: m for d, m in pending.items() if any(len(p.text) > OFFLOAD_CHARS for p in m.parts)}
 
-        def _load() -> dict[str, Message]:
+        def _load() -> tuple[dict[str, Message], dict[str, bytes]]:
             assert self._rconn is not None
             # a pending row as a committed read would return it (secrets redacted)
             out = {d: _as_committed(m) for d, m in pending.items() if d not in long_}
+            rows: dict[str, bytes] = {}
             for i in range(0, len(stored), 500):
                 chunk = stored[i : i + 500]
-                q = f"SELECT digest, body FROM messages WHERE digest IN ({','.join('?' * len(chunk))})"
-                for d, body in self._rconn.execute(q, chunk):
-                    out[d] = message_from_json(body)
-            return out
+                # a long row (a BLOB) is not fetched with the others: read here without a
+                # 10 MB C call holding the GIL, decoded beside this thread
+                # (proxy.state.longrows)
+                q = (f"SELECT digest, CASE WHEN typeof(body) = 'blob' AND length(body) >= {LONG_ROW} "
+                     f"THEN NULL ELSE body END, rowid, length(body) FROM messages "
+                     f"WHERE digest IN ({','.join('?' * len(chunk))})")
+                for d, body, rowid, size in self._rconn.execute(q, chunk).fetchall():
+                    if body is None:
+                        rows[d] = read_blob(self._rconn, "messages", "body", rowid, size)
+                    else:
+                        out[d] = message_from_json(body)
+            return out, rows
 
         loop = asyncio.get_running_loop()
         ready = [loop.run_in_executor(None, _as_committed, m) for m in long_.values()]
-        out = await loop.run_in_executor(self._reader, _load)
+        out, rows = await loop.run_in_executor(self._reader, _load)
+        decoded = [loop.run_in_executor(None, message_from_long_row, body) for body in rows.values()]
         out.update(zip(long_, await asyncio.gather(*ready), strict=True))
+        out.update(zip(rows, await asyncio.gather(*decoded), strict=True))
         return out
 
     async def load_blobs(self, keys: Iterable[str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.gate.normalize import _sig
 
+
 def _nested(inner: Any) -> Any:
     # a named function, not a lambda: hypothesis describes a lambda by reading its source,
     # which raced with other tests' threads reading linecache ("dictionary changed size")
