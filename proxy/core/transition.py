@@ -612,6 +612,16 @@ def _transcript_lines(text: str, labels: Sequence[str]) -> int:
     return len(pat.findall(text))
 
 
+#: :func:`detect_summarize_request`'s answers by what they depend on — the markers, the
+#: last user message (its index and content digest), the system prompt (its length and
+#: hash: no text is kept alive) and the history's length up to four — as ``key ->
+#: (markers, answer)``: a conversation's next request usually has the same last user
+#: message (in a tool loop it is far back) and system prompt, so its answer is looked
+#: up, not re-read (bounded, oldest out first).
+_SUMMARIZE_ASKED: dict[tuple[int, int, str, int, int, int], tuple[Markers, SummarizeRequest | None]] = {}
+_MAX_SUMMARIZE_ASKED = 4096
+
+
 def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) -> SummarizeRequest | None:
     """Whether this request asks a model to summarize a conversation.
 
@@ -619,10 +629,28 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
     generic heuristics: a summarize instruction about "the conversation so far" at the end
     of a long history, or a transcript pasted as text into the request next to a
     summarize word. Only the last user message and the system prompt are read, a long
-    one on its first and last 64 KiB (:func:`~proxy.core.markers.marker_view`).
+    one on its first and last 64 KiB (:func:`~proxy.core.markers.marker_view`). The answer
+    is remembered by what it depends on (see :data:`_SUMMARIZE_ASKED`).
     """
     i = _last_user(snapshot)
     last = snapshot.messages[i] if i is not None else None
+    if i is None or last is None or not last.digest:
+        return _detect_summarize_request(snapshot, markers, i, last)
+    system = snapshot.system
+    key = (id(markers), i, last.digest, len(system), hash(system), min(len(snapshot.messages), 4))
+    known = _SUMMARIZE_ASKED.get(key)
+    if known is not None and known[0] is markers:
+        return known[1]
+    found = _detect_summarize_request(snapshot, markers, i, last)
+    if len(_SUMMARIZE_ASKED) >= _MAX_SUMMARIZE_ASKED:
+        _SUMMARIZE_ASKED.pop(next(iter(_SUMMARIZE_ASKED), key), None)
+    _SUMMARIZE_ASKED[key] = (markers, found)
+    return found
+
+
+def _detect_summarize_request(
+    snapshot: Snapshot, markers: Markers, i: int | None, last: Message | None
+) -> SummarizeRequest | None:
     # a long text is read on its first and last 64 KiB (marker_view): bounded work
     last_text = marker_view(last.text) if last is not None else ""
     sys_text = marker_view(snapshot.system) if snapshot.system else ""
