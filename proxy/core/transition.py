@@ -30,7 +30,7 @@ Cost: the append path compares digests only (no text is read); the general align
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Literal
@@ -199,16 +199,20 @@ def _content_words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)} - _STOP
 
 
-def looks_like_summary(candidate: str, lost_text: str, markers: Markers = NO_MARKERS) -> bool:
+def looks_like_summary(
+    candidate: str, lost_text: str, markers: Markers = NO_MARKERS, lost_words: Callable[[], set[str]] | None = None
+) -> bool:
     """Generic, marker-free test: does *candidate* restate the lost text?
 
     A summary reuses the vocabulary of what it summarizes (task nouns, file names, tools,
     identifiers); a new task mostly does not. Saying "summary" / "so far" lowers the bar.
+    ``lost_words``: the content words of ``lost_text``, when the caller has them (one
+    classification asks about several candidates against the same lost text).
     """
     words = _content_words(candidate)
     if len(words) < 3:
         return False
-    shared = len(words & _content_words(lost_text))
+    shared = len(words & (lost_words() if lost_words is not None else _content_words(lost_text)))
     frac = shared / len(words)
     folded = fold(candidate)
     says_summary = any(w in folded for w in markers.summarize_words) or any(
@@ -488,6 +492,13 @@ def _classify_general(
     lost_idx = sorted(set(lost) | {c.old_index for c in text_changes} | {c.old_index for c in changed})
     lost_text_parts = [old_msgs[i].text for i in lost_idx]
     lost_text = "\n".join(lost_text_parts)
+    lost_memo: list[set[str]] = []
+
+    def lost_words() -> set[str]:  # read once, and only if a candidate asks
+        if not lost_memo:
+            lost_memo.append(_content_words(lost_text))
+        return lost_memo[0]
+
     summary: list[int] = []
     inserted: list[int] = []
     for j, pos, slot in candidates:
@@ -500,7 +511,7 @@ def _classify_general(
             summary.append(j)  # the API's own (encrypted) summary of the lost messages
         elif slot == "replacing" and pos in ("leading", "middle"):
             summary.append(j)  # structural: a span replaced by new message(s), kept ones after
-        elif lost_text and looks_like_summary(m.text, lost_text, markers):
+        elif lost_text and looks_like_summary(m.text, lost_text, markers, lost_words):
             summary.append(j)
         elif slot == "replacing" and pos in ("trailing", "all"):
             appended.append(j)
@@ -521,7 +532,7 @@ def _classify_general(
         # Without a marker, a rewrite in place is a summary only when it grew a lot
         # (it now carries more than the message it replaced); otherwise it is an edit.
         grew = len(m.text) >= 2 * len(o.text) + 80
-        if a or (grew and looks_like_summary(m.text, lost_text, markers)):
+        if a or (grew and looks_like_summary(m.text, lost_text, markers, lost_words)):
             lost.append(ch.old_index)
             summary.append(ch.new_index)
         else:

@@ -78,3 +78,27 @@ def test_quiet_signals_are_shared_and_quiet() -> None:
     after = _snap("s", [("user", "go"), ("assistant", "ok"), ("user", "continue")])
     a = analyze(before, after)
     assert a.kind == "append" and a.signals is quiet_signals()
+
+
+@settings(max_examples=100, deadline=None)
+@given(candidate=_TEXTS, lost=_TEXTS)
+def test_summary_test_with_the_lost_words_given_is_the_same(candidate: str, lost: str) -> None:
+    assert transition.looks_like_summary(candidate, lost, lost_words=lambda: transition._content_words(lost)) == (
+        transition.looks_like_summary(candidate, lost)
+    )
+
+
+def test_a_replaced_tail_reads_the_lost_text_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the client drops the recorded reply and sends two messages of its own: both are
+    # candidates for a summary of the lost reply, whose words are read once
+    before = _snap("s", [("user", "deploy the api and keep the rollback target"),
+                         ("assistant", "rolling out release 4f2a9c to prod now, watching the api deployment")])
+    after = _snap("s", [("user", "deploy the api and keep the rollback target"),
+                        ("assistant", "checking the api deployment status and rollout history first"),
+                        ("user", "the api deployment rollout is waiting on release approval")])
+    read: list[str] = []
+    real = transition._content_words
+    monkeypatch.setattr(transition, "_content_words", lambda t: read.append(t) or real(t))
+    t = transition.classify(before, after)
+    lost_text = before.messages[1].text
+    assert t.lost == (1,) and read.count(lost_text) == 1 and len(read) == 3
