@@ -29,6 +29,7 @@ Cost: the append path compares digests only (no text is read); the general align
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -654,7 +655,8 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
         return known[1]
     found = _detect_summarize_request(snapshot, markers, i, last)
     if len(_SUMMARIZE_ASKED) >= _MAX_SUMMARIZE_ASKED:
-        _SUMMARIZE_ASKED.pop(next(iter(_SUMMARIZE_ASKED), key), None)
+        with contextlib.suppress(RuntimeError):  # another thread changed it meanwhile
+            _SUMMARIZE_ASKED.pop(next(iter(_SUMMARIZE_ASKED), key), None)
     _SUMMARIZE_ASKED[key] = (markers, found)
     return found
 

@@ -15,6 +15,7 @@ bounded length) before being used as ids.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -81,7 +82,8 @@ def _candidates(headers: Mapping[str, str]) -> tuple[str, ...]:
         vendor = sorted(h for h in names if _VENDOR_SESSION.match(h) and h not in _FIXED_FIRST)
         found = ("x-conversation-id", *_FIXED_FIRST, *vendor, *_FIXED_LAST)
         if len(_VENDOR_NAMES) >= _MAX_VENDOR_NAMES:
-            _VENDOR_NAMES.pop(next(iter(_VENDOR_NAMES), names), None)
+            with contextlib.suppress(RuntimeError):  # another thread changed it meanwhile
+                _VENDOR_NAMES.pop(next(iter(_VENDOR_NAMES), names), None)
         _VENDOR_NAMES[names] = found
     return found
 
