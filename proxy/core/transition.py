@@ -608,13 +608,7 @@ class SummarizeRequest:
 
 
 def _last_user(snapshot: Snapshot) -> int | None:
-    # a tool loop's last user message is far back: one comprehension and a C search
-    # (~0.6x the cost of an index loop at 1,000 messages)
-    msgs = snapshot.messages
-    try:
-        return len(msgs) - 1 - [m.role for m in reversed(msgs)].index("user")
-    except ValueError:
-        return None
+    return snapshot.last_user()
 
 
 def _transcript_lines(text: str, labels: Sequence[str]) -> int:
