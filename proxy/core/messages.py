@@ -100,6 +100,8 @@ class Snapshot:
     tools: tuple[ToolDef, ...] = ()
     model: str | None = None
     _digests: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    #: Index of the last user message (``-1``: none; ``-2``: not known yet).
+    _last_user: int = field(default=-2, init=False, repr=False, compare=False)
 
     @property
     def digests(self) -> tuple[str, ...]:
@@ -110,6 +112,38 @@ class Snapshot:
             d = tuple(m.digest for m in self.messages)
             object.__setattr__(self, "_digests", d)
         return d
+
+    def last_user(self) -> int | None:
+        """Index of the last user message (``None`` without one), found once per
+        snapshot — or not at all when it was told how it extends another
+        (:meth:`extending`)."""
+        i = self._last_user
+        if i == -2:
+            msgs = self.messages
+            # a tool loop's last user message is far back: one comprehension and a C search
+            # (~0.6x the cost of an index loop at 1,000 messages)
+            try:
+                i = len(msgs) - 1 - [m.role for m in reversed(msgs)].index("user")
+            except ValueError:
+                i = -1
+            object.__setattr__(self, "_last_user", i)
+        return i if i >= 0 else None
+
+    def extending(self, prev: Snapshot) -> Snapshot:
+        """This snapshot, told that its messages start with all of ``prev``'s (an
+        incremental normaliser built it so): its last user message follows from
+        ``prev``'s and its own new messages, without a pass over the history. Returns
+        ``self``."""
+        known = prev._last_user
+        if known != -2:
+            k = len(prev.messages)
+            msgs = self.messages
+            for j in range(len(msgs) - 1, k - 1, -1):
+                if msgs[j].role == "user":
+                    known = j
+                    break
+            object.__setattr__(self, "_last_user", known)
+        return self
 
     def with_digests(self, digests: tuple[str, ...]) -> Snapshot:
         """This snapshot, told its messages' digests (a caller that built it from known

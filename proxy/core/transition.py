@@ -29,8 +29,9 @@ Cost: the append path compares digests only (no text is read); the general align
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Literal
@@ -199,16 +200,20 @@ def _content_words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)} - _STOP
 
 
-def looks_like_summary(candidate: str, lost_text: str, markers: Markers = NO_MARKERS) -> bool:
+def looks_like_summary(
+    candidate: str, lost_text: str, markers: Markers = NO_MARKERS, lost_words: Callable[[], set[str]] | None = None
+) -> bool:
     """Generic, marker-free test: does *candidate* restate the lost text?
 
     A summary reuses the vocabulary of what it summarizes (task nouns, file names, tools,
     identifiers); a new task mostly does not. Saying "summary" / "so far" lowers the bar.
+    ``lost_words``: the content words of ``lost_text``, when the caller has them (one
+    classification asks about several candidates against the same lost text).
     """
     words = _content_words(candidate)
     if len(words) < 3:
         return False
-    shared = len(words & _content_words(lost_text))
+    shared = len(words & (lost_words() if lost_words is not None else _content_words(lost_text)))
     frac = shared / len(words)
     folded = fold(candidate)
     says_summary = any(w in folded for w in markers.summarize_words) or any(
@@ -488,6 +493,13 @@ def _classify_general(
     lost_idx = sorted(set(lost) | {c.old_index for c in text_changes} | {c.old_index for c in changed})
     lost_text_parts = [old_msgs[i].text for i in lost_idx]
     lost_text = "\n".join(lost_text_parts)
+    lost_memo: list[set[str]] = []
+
+    def lost_words() -> set[str]:  # read once, and only if a candidate asks
+        if not lost_memo:
+            lost_memo.append(_content_words(lost_text))
+        return lost_memo[0]
+
     summary: list[int] = []
     inserted: list[int] = []
     for j, pos, slot in candidates:
@@ -500,7 +512,7 @@ def _classify_general(
             summary.append(j)  # the API's own (encrypted) summary of the lost messages
         elif slot == "replacing" and pos in ("leading", "middle"):
             summary.append(j)  # structural: a span replaced by new message(s), kept ones after
-        elif lost_text and looks_like_summary(m.text, lost_text, markers):
+        elif lost_text and looks_like_summary(m.text, lost_text, markers, lost_words):
             summary.append(j)
         elif slot == "replacing" and pos in ("trailing", "all"):
             appended.append(j)
@@ -521,7 +533,7 @@ def _classify_general(
         # Without a marker, a rewrite in place is a summary only when it grew a lot
         # (it now carries more than the message it replaced); otherwise it is an edit.
         grew = len(m.text) >= 2 * len(o.text) + 80
-        if a or (grew and looks_like_summary(m.text, lost_text, markers)):
+        if a or (grew and looks_like_summary(m.text, lost_text, markers, lost_words)):
             lost.append(ch.old_index)
             summary.append(ch.new_index)
         else:
@@ -596,13 +608,7 @@ class SummarizeRequest:
 
 
 def _last_user(snapshot: Snapshot) -> int | None:
-    # a tool loop's last user message is far back: one comprehension and a C search
-    # (~0.6x the cost of an index loop at 1,000 messages)
-    msgs = snapshot.messages
-    try:
-        return len(msgs) - 1 - [m.role for m in reversed(msgs)].index("user")
-    except ValueError:
-        return None
+    return snapshot.last_user()
 
 
 def _transcript_lines(text: str, labels: Sequence[str]) -> int:
@@ -612,6 +618,16 @@ def _transcript_lines(text: str, labels: Sequence[str]) -> int:
     return len(pat.findall(text))
 
 
+#: :func:`detect_summarize_request`'s answers by what they depend on — the markers, the
+#: last user message (its index and content digest), the system prompt (its length and
+#: hash: no text is kept alive) and the history's length up to four — as ``key ->
+#: (markers, answer)``: a conversation's next request usually has the same last user
+#: message (in a tool loop it is far back) and system prompt, so its answer is looked
+#: up, not re-read (bounded, oldest out first).
+_SUMMARIZE_ASKED: dict[tuple[int, int, str, int, int, int], tuple[Markers, SummarizeRequest | None]] = {}
+_MAX_SUMMARIZE_ASKED = 4096
+
+
 def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) -> SummarizeRequest | None:
     """Whether this request asks a model to summarize a conversation.
 
@@ -619,10 +635,29 @@ def detect_summarize_request(snapshot: Snapshot, markers: Markers = NO_MARKERS) 
     generic heuristics: a summarize instruction about "the conversation so far" at the end
     of a long history, or a transcript pasted as text into the request next to a
     summarize word. Only the last user message and the system prompt are read, a long
-    one on its first and last 64 KiB (:func:`~proxy.core.markers.marker_view`).
+    one on its first and last 64 KiB (:func:`~proxy.core.markers.marker_view`). The answer
+    is remembered by what it depends on (see :data:`_SUMMARIZE_ASKED`).
     """
     i = _last_user(snapshot)
     last = snapshot.messages[i] if i is not None else None
+    if i is None or last is None or not last.digest:
+        return _detect_summarize_request(snapshot, markers, i, last)
+    system = snapshot.system
+    key = (id(markers), i, last.digest, len(system), hash(system), min(len(snapshot.messages), 4))
+    known = _SUMMARIZE_ASKED.get(key)
+    if known is not None and known[0] is markers:
+        return known[1]
+    found = _detect_summarize_request(snapshot, markers, i, last)
+    if len(_SUMMARIZE_ASKED) >= _MAX_SUMMARIZE_ASKED:
+        with contextlib.suppress(RuntimeError):  # another thread changed it meanwhile
+            _SUMMARIZE_ASKED.pop(next(iter(_SUMMARIZE_ASKED), key), None)
+    _SUMMARIZE_ASKED[key] = (markers, found)
+    return found
+
+
+def _detect_summarize_request(
+    snapshot: Snapshot, markers: Markers, i: int | None, last: Message | None
+) -> SummarizeRequest | None:
     # a long text is read on its first and last 64 KiB (marker_view): bounded work
     last_text = marker_view(last.text) if last is not None else ""
     sys_text = marker_view(snapshot.system) if snapshot.system else ""

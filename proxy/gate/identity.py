@@ -15,6 +15,7 @@ bounded length) before being used as ids.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -67,13 +68,30 @@ def _session_from_user_id(user_id: Any) -> str | None:
     return None
 
 
+#: The header names :func:`explicit_id` reads, in order, by the vendor session headers a
+#: request carries (a client sends the same header names on every request: the names
+#: are matched against the vendor pattern once, not on every request).
+_VENDOR_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_MAX_VENDOR_NAMES = 256
+
+
+def _candidates(headers: Mapping[str, str]) -> tuple[str, ...]:
+    names = tuple(h for h in headers if h.endswith("-session-id"))
+    found = _VENDOR_NAMES.get(names)
+    if found is None:
+        vendor = sorted(h for h in names if _VENDOR_SESSION.match(h) and h not in _FIXED_FIRST)
+        found = ("x-conversation-id", *_FIXED_FIRST, *vendor, *_FIXED_LAST)
+        if len(_VENDOR_NAMES) >= _MAX_VENDOR_NAMES:
+            with contextlib.suppress(RuntimeError):  # another thread changed it meanwhile
+                _VENDOR_NAMES.pop(next(iter(_VENDOR_NAMES), names), None)
+        _VENDOR_NAMES[names] = found
+    return found
+
+
 def explicit_id(headers: Mapping[str, str], body: Any) -> ExplicitId | None:
     """The client's explicit conversation id, or ``None``. ``headers`` keys must be
     lower-case (as in :class:`proxy.server.hooks.Exchange`)."""
-    candidates: list[str] = ["x-conversation-id", *_FIXED_FIRST]
-    candidates += sorted(h for h in headers if _VENDOR_SESSION.match(h) and h not in _FIXED_FIRST)
-    candidates += list(_FIXED_LAST)
-    for name in candidates:
+    for name in _candidates(headers):
         raw = headers.get(name)
         if raw:
             v = _clean(raw)

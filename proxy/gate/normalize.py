@@ -182,6 +182,7 @@ class IncrementalNormalizer:
         model = body.get("model") if isinstance(body.get("model"), str) else None
         digests = prev.digests + tuple(m.digest for m in new_msgs)
         snap = Snapshot(prev.snapshot.dialect, system, prev.snapshot.messages + new_msgs, tools, model).with_digests(digests)
+        snap.extending(prev.snapshot)
         return Normalized(snap, system_hash, tools_hash, len(prev.snapshot.messages), best_key)
 
     def _by_identity(

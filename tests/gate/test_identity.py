@@ -55,3 +55,16 @@ def test_ids_are_cleaned_and_bounded() -> None:
     got = explicit_id({"x-session-id": "a b\r\n<script>" + "x" * 500}, {})
     assert got is not None and len(got.value) == MAX_ID_LEN
     assert all(c.isalnum() or c in "._:@/+=-_" for c in got.value)
+
+
+def test_vendor_session_headers_read_in_order_whatever_else_is_sent() -> None:
+    # the header names are looked up once per set of names a client sends (issue 15)
+    for _ in range(2):
+        h = {"x-foo-session-id": "foo-1", "x-bar-session-id": "bar-1", "user-agent": "x"}
+        found = explicit_id(h, {})
+        assert found is not None and (found.value, found.source) == ("bar-1", "header:x-bar-session-id")
+        found = explicit_id({**h, "x-session-id": "s-1"}, {})
+        assert found is not None and found.source == "header:x-session-id"
+        found = explicit_id({"x-foo-session-id": "foo-1", "session-id": "plain"}, {})
+        assert found is not None and found.source == "header:x-foo-session-id"
+        assert explicit_id({"x-Foo-session-id": "f", "my-session-id": "m"}, {}) is None

@@ -98,3 +98,21 @@ def test_a_body_sharing_objects_is_found_without_comparing_others() -> None:
             e.items[-1] = NoCompare(e.items[-1])
     n = norm.normalize("ns", "chat", body)
     assert n.reused_from == "c7" and n.reused == 1  # its one message (the system prompt is not one)
+
+
+def test_an_extended_request_knows_its_last_user_message_without_a_pass() -> None:
+    # issue 15: the next request's last user message follows from the remembered
+    # request's and its new messages (a tool loop's is far back)
+    norm = IncrementalNormalizer()
+    items: list[Any] = [{"role": "system", "content": "S"}, {"role": "user", "content": "go"}]
+    items += [{"role": "assistant", "content": f"step {i}"} for i in range(30)]
+    body = {"model": "gpt-4o", "messages": items}
+    first = norm.normalize("ns", "chat", body)
+    assert first.snapshot.last_user() == 0
+    norm.remember("ns", "c", "chat", body, first)
+    for more, expect in (([{"role": "assistant", "content": "more"}], 0), ([{"role": "user", "content": "next"}], 31)):
+        body = {"model": "gpt-4o", "messages": [*items, *more]}
+        n = norm.normalize("ns", "chat", body)
+        assert n.reused == 31
+        assert n.snapshot._last_user == expect  # known before anyone asked
+        assert n.snapshot.last_user() == expect

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,18 @@ def test_bench_firstsight_reports_loop_time_against_bare() -> None:
         assert r["loop_max"] >= r["loop_p50"] > 0
         assert len(result["raw"][name]["loop"]) == 2
     assert "gate/bare: latency p50" in out and "loop CPU p50" in out
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+                    reason="needs valgrind (callgrind)")
+def test_bench_instructions_counts_the_served_gate_per_request() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.instructions", "--patterns", "echo", "replaced", "--size", "6",
+         "--agents", "2", "--requests", "2", "--warmup", "1", "--settle", "2", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=True,
+    ).stdout
+    data = json.loads(out[out.index("\n{") + 1 :])["instructions_per_request"]
+    assert set(data) == {"echo", "replaced"}
+    # a request through the gate is millions of instructions, not a dump that was missed
+    assert all(n > 1e6 for n in data.values())
+    assert "M instructions per request" in out
