@@ -179,6 +179,10 @@ class SQLiteStore(Store):
         #: the batch the writer is writing (its rows are still pending for readers)
         self._writing: _Batch | None = None
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite-read")
+        #: threads that wait for the request worker to decode long rows: their own, so a
+        #: backlog of them never holds the loop's default executor, which aiohttp's
+        #: resolver and the gate's other blocking calls use
+        self._long = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cg-sqlite-long")
         self._rconn: sqlite3.Connection | None = None
         #: digests committed per conversation in ``digest_chunks`` (writer thread only)
         self._written: dict[str, tuple[str, ...]] = {}
@@ -384,6 +388,7 @@ class SQLiteStore(Store):
         self._closed = True
         self._exec.shutdown(wait=True)
         self._reader.shutdown(wait=True)
+        self._long.shutdown(wait=True)
 
     async def load(self, max_timeline: int = 1000) -> list[ConversationRecord]:
         def _load() -> list[ConversationRecord]:
@@ -448,9 +453,9 @@ class SQLiteStore(Store):
             return out, rows
 
         loop = asyncio.get_running_loop()
-        ready = [loop.run_in_executor(None, _as_committed, m) for m in long_.values()]
+        ready = [loop.run_in_executor(self._long, _as_committed, m) for m in long_.values()]
         out, rows = await loop.run_in_executor(self._reader, _load)
-        decoded = [loop.run_in_executor(None, message_from_long_row, body) for body in rows.values()]
+        decoded = [loop.run_in_executor(self._long, message_from_long_row, body) for body in rows.values()]
         out.update(zip(long_, await asyncio.gather(*ready), strict=True))
         out.update(zip(rows, await asyncio.gather(*decoded), strict=True))
         return out
