@@ -13,7 +13,7 @@ that have a long text (hashing 10 MB is ~16 ms), and the gate, building the same
 messages from the same text objects, finds their digests made
 (:func:`proxy.core.messages.remember_digests`). The long strings of what it decoded come
 back as spans of the body the loop holds (:mod:`proxy.core.bodyrefs`), not pickled; an
-ASCII one is made from its span a slice at a time (:func:`proxy.server.filled.ascii_text`).
+ASCII one is made from its span a slice at a time (:func:`proxy.server.filled.ascii_texts_later`).
 """
 
 from __future__ import annotations

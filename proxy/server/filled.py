@@ -17,8 +17,8 @@ caller's to handle with the chunks it kept — the result is byte for byte
 it (its hash is not computed yet): as far as Python code can tell, an ordinary ``bytes``.
 
 The same holds for a long ASCII string made from a span of a body (what a worker
-decoded comes back as spans, :mod:`proxy.core.bodyrefs`): :func:`ascii_text` and
-:func:`ascii_texts_later` make it a slice per loop step
+decoded comes back as spans, :mod:`proxy.core.bodyrefs`): :func:`ascii_texts_later`
+makes it a slice per loop step
 (:class:`proxy.state.rawmem.AsciiText`) instead of one 10 MB decode.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from proxy.state import rawmem
 
-__all__ = ["MAX_BYTES", "MIN_BYTES", "Collector", "Filling", "ascii_text", "ascii_texts_later"]
+__all__ = ["MAX_BYTES", "MIN_BYTES", "Collector", "Filling", "ascii_texts_later"]
 
 #: Bodies from this many bytes on are filled as they arrive...
 MIN_BYTES = 1 << 20
@@ -120,17 +120,6 @@ class Collector:
         if not chunks:
             return b""
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy at most
-
-
-async def ascii_text(body: bytes | bytearray, start: int, end: int) -> str:
-    """:class:`~proxy.state.rawmem.AsciiText`, the event loop free between slices (below :data:`MIN_BYTES`:
-    decoded at once)."""
-    if end - start < MIN_BYTES:
-        return str(memoryview(body)[start:end], "ascii")
-    making = rawmem.AsciiText(body, start, end)
-    while (text := making.step()) is None:
-        await asyncio.sleep(0)
-    return text
 
 
 def ascii_texts_later(
