@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from proxy.core.messages import Message
 from proxy.core.prefix import common_prefix
@@ -98,14 +98,14 @@ def _as_committed(m: Message) -> Message:
     return message_from_long_row(message_to_json(m))
 
 
-#: A message row of this many bytes or more (a long one, encoded in the store's worker)
-#: is written into its blob a slice of :data:`BLOB_SLICE` at a time.
-STREAMED_ROW = 1 << 20
+#: A long message row (a BLOB of :data:`~proxy.state.longrows.LONG_ROW` bytes or more,
+#: encoded in the store's worker) is written into its blob a slice of this many bytes
+#: at a time — and read back the same way (:func:`~proxy.state.longrows.read_blob`).
 BLOB_SLICE = 1 << 20
 
 
-def _streamed(body: str | bytes | bytearray) -> bool:
-    return not isinstance(body, str) and len(body) >= STREAMED_ROW
+def _streamed(body: str | bytes | bytearray) -> TypeGuard[bytes | bytearray]:
+    return not isinstance(body, str) and len(body) >= LONG_ROW
 
 
 def _insert_streamed(conn: sqlite3.Connection, digest: str, body: bytes | bytearray) -> None:
@@ -244,7 +244,7 @@ class SQLiteStore(Store):
                     [(d, body) for d, body in rows if not _streamed(body)],
                 )
                 for d, body in rows:
-                    if not isinstance(body, str) and _streamed(body):
+                    if _streamed(body):
                         _insert_streamed(conn, d, body)
             if batch.blobs:
                 conn.executemany(

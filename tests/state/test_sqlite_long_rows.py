@@ -25,7 +25,7 @@ def _rows(path: Path) -> dict[str, tuple[bytes | str, str]]:
 async def test_a_long_row_is_streamed_into_its_blob_and_reads_back_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blob_slice: int
 ) -> None:
-    monkeypatch.setattr(sqlite_mod, "STREAMED_ROW", 64)
+    monkeypatch.setattr(sqlite_mod, "LONG_ROW", 64)
     monkeypatch.setattr(sqlite_mod, "BLOB_SLICE", blob_slice)
     secret = "ghp_" + "a1B2" * 9
     long_ = make_message("tool", [Part("tool_result", "é x" * 40 + " " + secret + " tail", "read", "c1", False, None)], None)
@@ -65,7 +65,6 @@ async def test_a_committed_long_row_is_read_a_slice_at_a_time_and_decoded_the_sa
     from proxy.state import offload, rawmem
     from proxy.state.records import message_from_json
 
-    monkeypatch.setattr(sqlite_mod, "STREAMED_ROW", 64)
     monkeypatch.setattr(sqlite_mod, "LONG_ROW", 64)
     monkeypatch.setattr(longrows, "LONG_ROW", 64)
     monkeypatch.setattr(rawmem, "SLICE", 5)
