@@ -190,11 +190,16 @@ def test_help_and_version_import_no_subcommand_module(argv: list[str]) -> None:
 def test_check_piped_into_head_ends_without_a_traceback(tmp_path: Path) -> None:
     """``compaction-gate check … | head``: the output is far larger than a pipe buffer and
     the reader leaves after one line; the command ends quietly, exit code non-zero."""
+    import fcntl
     import json
     import subprocess
     import sys
 
-    ids = [f"{i:08x}-1c2b-4d4e-8f9a-{i:012x}" for i in range(1500)]
+    # The report must outgrow the pipe plus what the reader's one readline() may buffer,
+    # so the writer blocks and the reader's leaving reaches it as a broken pipe. (At 1,500
+    # ids the report was 64,898 bytes, inside a 64 KiB pipe: a slow reader let the command
+    # finish first and exit 0.) The size is measured below, not assumed.
+    ids = [f"{i:08x}-1c2b-4d4e-8f9a-{i:012x}" for i in range(4000)]
     msgs: list[dict[str, object]] = [{"role": "system", "content": "ops"}, {"role": "user", "content": "create buckets"}]
     for i, u in enumerate(ids):
         msgs.append({"role": "assistant", "content": None, "tool_calls": [
@@ -203,11 +208,12 @@ def test_check_piped_into_head_ends_without_a_traceback(tmp_path: Path) -> None:
     after = [msgs[0], {"role": "user", "content": "This session is being continued from a previous conversation. Summary: buckets created."}]
     (tmp_path / "before.json").write_text(json.dumps(msgs))
     (tmp_path / "after.json").write_text(json.dumps(after))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "check", str(tmp_path / "before.json"), str(tmp_path / "after.json")],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    argv = [sys.executable, "-m", "proxy", "check", str(tmp_path / "before.json"), str(tmp_path / "after.json")]
+    whole = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=60)
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
+    pipe = fcntl.fcntl(proc.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+    assert len(whole.stdout) > 2 * (pipe + 8192), (len(whole.stdout), pipe)
     first = proc.stdout.readline()
     proc.stdout.close()  # what `head -1` does
     err = proc.stderr.read().decode()
