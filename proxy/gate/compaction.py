@@ -29,7 +29,7 @@ from ..core.interventions.spill import recall_note, render_region, spill_note
 from ..core.markers import Markers, fold
 from ..core.messages import Snapshot
 from ..core.signals import Obligation
-from ..core.transition import within_last_turn
+from ..core.transition import Transition, within_last_turn
 from ..policy.obligations import PolicyObligations
 from ..server.hooks import Reject
 from .convstate import ConversationState, Pending
@@ -90,9 +90,10 @@ class ProtectedObligations:
 
 
 def analyze_request(
-    req: GateRequest, markers: Markers, st: ConversationState | None = None
+    req: GateRequest, markers: Markers, st: ConversationState | None = None, transition: Transition | None = None
 ) -> Analysis | None:
-    """The analysis of previous → current (``None`` for a conversation's first request)."""
+    """The analysis of previous → current (``None`` for a conversation's first request);
+    ``transition``: previous → current already classified (with these markers)."""
     previous = req.obs.previous
     if previous is None:
         return None
@@ -107,6 +108,7 @@ def analyze_request(
         catalog=req.catalog,
         obligation_rule=rule,
         quick_survival=True,
+        transition=transition,
     )
 
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from ..core.interventions.bindings import TokenCounter, estimate_tokens
 from ..core.markers import Markers, load_markers
 from ..core.messages import Snapshot
+from ..core.transition import Transition, classify
 from ..metrics import Metrics
 from ..policy import PolicyHolder, RequestContext
 from ..policy.detectors import policy_catalog
@@ -316,7 +317,36 @@ class GateInterceptor:
     async def _history_for_side_request(self, ex: Exchange, obs: Observation) -> Snapshot | None:
         return await history_for_side_request(self.tracker, self._request(ex, obs))
 
+    def _quiet_append(self, ex: Exchange, obs: Observation) -> Decision | Transition | None:
+        """The decision for a plain append to a conversation the gate holds nothing for
+        (no sticky repair, lost or protected bindings, armed tripwire or tripwire input,
+        spilled region, Responses alias); else ``None``, or the transition when it was
+        classified (the full steps then reuse it).
+        Each step of :meth:`_decide` would conclude the same for it — the analysis
+        ``safe`` with nothing lost, no repair, no recall, no tripwire, the body untouched
+        — so only what they would change is done: the timeline's ``append``. (The
+        tracker's ``extend`` is a lineage relation; the transition is still classified,
+        digests only, so a re-serialised last reply counts as in the full analysis.)"""
+        previous = obs.previous
+        if previous is None or obs.relation != "extend" or obs.is_summarization_request:
+            return None
+        if ex.kind == "responses" and len(self._aliases):
+            return None
+        st = self._states.get(obs.conversation_id)
+        if not st.is_empty() or st.dropped_kinds or st.tripwire_request is not None:
+            return None
+        markers = self._markers_for(self.policies.policy.markers)
+        t = classify(previous, obs.current, markers, lenient_last_reply=True)
+        if t.kind != "append":
+            return t
+        self.tracker.set_transition(obs.conversation_id, obs.seq, "append")
+        self._states.save(obs.conversation_id)  # a no-op unless the stored state was stale
+        return Decision()
+
     def _decide(self, ex: Exchange, obs: Observation, side_history: Snapshot | None = None) -> Decision:
+        quiet = self._quiet_append(ex, obs)
+        if isinstance(quiet, Decision):
+            return quiet
         req = self._request(ex, obs)
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)
@@ -324,7 +354,7 @@ class GateInterceptor:
             decision = summarization_call(req, st, side_history)
             self._states.save(req.cid)
             return decision
-        analysis = analyze_request(req, markers, st)
+        analysis = analyze_request(req, markers, st, quiet)
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)

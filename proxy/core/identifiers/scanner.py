@@ -521,10 +521,11 @@ class _Gates:
         for t in self.token_set.intersection(ix.tokens()):
             live.update(self.by_token[t])
         # one substring test per anchor, remembered as TextIndex.has would (the live
-        # rules' own test asks again)
-        low, has = ix.low, ix._has  # noqa: SLF001 - TextIndex's memo, same module
+        # rules' own test asks again); ``find``, not ``in``: CPython's ``bytes in bytes``
+        # first tries its operand as an integer and builds (then drops) a TypeError
+        find, has = ix.low.find, ix._has  # noqa: SLF001 - TextIndex's memo, same module
         for a, ab, ks in self.anchors:
-            hit = ab in low
+            hit = find(ab) >= 0
             has[(a, False)] = hit
             if hit:
                 live.update(ks)
