@@ -12,6 +12,7 @@ with its reply, before the conversation's next request, or when it is read
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from proxy.gate.ledger import PendingCount, count_request
 from proxy.gate.observation import Observation
 from proxy.gate.tracker_parts import TrackerParts
 from proxy.state.offload import BACKGROUND_NICE
-from proxy.state.records import ConversationRecord
+from proxy.state.records import ConversationRecord, TimelineEntry
 
 __all__ = ["Bookkeeping"]
 
@@ -95,6 +96,8 @@ class Bookkeeping(TrackerParts):
                 if fn not in self._waiting:
                     self._later.push(fn)
         self._later.drain()
+        if tenant is None:  # a reader: the counts left for after a response too
+            self._counts.drain()
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
@@ -117,17 +120,20 @@ class Bookkeeping(TrackerParts):
             self._replica.begin(rec)
         pending = self._pending.get(rec.id)
         own = pending is not None and pending.entry.seq == obs.seq
-        self._settle(rec.id, write=not own)  # this request's own entry is written below
+        # with a shared store the request's and the reply's token counts are made after
+        # the response (:meth:`_count_late`): what the client waits for is committed
+        # without them, and they follow as a side write (or with the next commit)
+        late = self._replica is not None and reply is not None and (own or bool(msgs))
+        if not (late and own):
+            self._settle(rec.id, write=not own)  # this request's own entry is written below
         entry = self._entry(rec, obs.seq)
         if entry is not None:
             entry.status = status if reply is None or reply.complete or status != "ok" else "incomplete"
             if reply is not None:
                 entry.usage = reply.usage.as_dict() if reply.usage else None
                 entry.reply_messages = len(msgs)
-                entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
-                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
-                if entry.reply_estimated:
-                    in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
+                if not late:
+                    self._count_reply(obs, entry, msgs)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self._w.timeline(rec, entry)
@@ -137,7 +143,7 @@ class Bookkeeping(TrackerParts):
             if obs.relation == "side_request":
                 rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
             elif advances:
-                self._append_reply(rec, obs, msgs)
+                self._append_reply(rec, obs, msgs, count=not late)
             # else: a later request already moved the conversation on, or cut short
         self._w.conversation(rec)
         self.budget.set_record(rec.id, record_bytes(rec))
@@ -145,9 +151,52 @@ class Bookkeeping(TrackerParts):
             self._shed()
         if own_txn:
             self._commit_soon(rec.id)
+        if late:
+            self._counts.push(lambda: self._count_late(obs, msgs, own))
 
-    def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
-        """Make the reply the end of the conversation's history."""
+    def _count_reply(self, obs: Observation, entry: TimelineEntry, msgs: tuple[Message, ...]) -> None:
+        """Fill ``entry``'s counts of the reply ``msgs``."""
+        entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+        entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
+        if entry.reply_estimated:
+            in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
+
+    def _count_late(self, obs: Observation, msgs: tuple[Message, ...], own: bool) -> None:
+        """The token counts :meth:`record_reply` left for after the response (a shared
+        store): the request's, unless something settled it first (its conversation's
+        next request, a reader), and the reply's; written into the conversation's open
+        transaction if there is one, else as a side write. While a commit of the
+        conversation is under way they wait for its end (written into it they would be
+        lost)."""
+        rep = self._replica
+        ending = rep.committing(obs.conversation_id) if rep is not None else None
+        if ending is not None:
+            ending.add_done_callback(lambda _f: self._counts.push(lambda: self._count_late(obs, msgs, own)))
+            return
+        rec = self._recs.get(obs.conversation_id)
+        if rec is None:
+            return
+        if own:
+            p = self._pending.get(rec.id)
+            if p is not None and p.entry.seq == obs.seq:
+                self._settle(rec.id)
+        entry = self._entry(rec, obs.seq)
+        if entry is not None:
+            self._count_reply(obs, entry, msgs)
+            self._w.timeline(rec, entry)
+        hot = self._hot.get(rec.id)
+        if hot is None or rec.seq != obs.seq or not msgs:
+            return
+        n = len(hot.snapshot.digests) - len(msgs)  # the request's messages, if the reply ends the history
+        if len(hot.cum) == n + 1 and hot.snapshot.digests[n:] == tuple(x.digest for x in msgs):
+            for x in msgs:
+                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
+
+    def _append_reply(
+        self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...], *, count: bool = True
+    ) -> None:
+        """Make the reply the end of the conversation's history (``count``: extend the
+        history's token counts by it, else :meth:`_count_late` does)."""
         hot = self._hot.get(rec.id)
         reply = tuple(x.digest for x in msgs)
         rec.digests = rec.digests[: rec.request_len] + reply
@@ -157,25 +206,31 @@ class Bookkeeping(TrackerParts):
                 base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model
             ).with_digests(base.digests[: rec.request_len] + reply)  # the next request compares them
             del hot.cum[rec.request_len + 1 :]
-            for x in msgs:
-                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
+            if count and len(hot.cum) == rec.request_len + 1:
+                for x in msgs:
+                    hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
         self.index.upsert(self._history(rec), rec.request_len)
         if hot is not None:
             self._account_hot(rec.id, base.messages, hot.snapshot.messages, rec.request_len)
 
-    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> None:
+    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> tuple[array[int], str]:
         """Count request ``p`` of ``rec`` (:func:`~proxy.gate.ledger.count_request`); the
-        conversation's latest request also updates the cumulative counts of its history."""
+        conversation's latest request also updates the cumulative counts of its history.
+        Returns the request's cumulative counts and their tokenizer."""
         cum, tokenizer = count_request(self.accounting, rec, p)
         entry = p.entry
         if entry.relation != "side_request" and rec.seq == entry.seq:
             hot = self._hot.get(rec.id)
-            if hot is not None and hot.snapshot is p.snapshot:
+            if hot is not None and (
+                hot.snapshot is p.snapshot  # else its reply was appended before this count
+                or (len(hot.cum) < len(cum) and hot.snapshot.digests[: len(cum) - 1] == p.snapshot.digests)
+            ):
                 hot.cum, hot.tokenizer = cum, tokenizer
         self.lines.remember(self.index, rec.id, p.new)
         if write:
             self._w.timeline(rec, entry)
             self._w.conversation(rec)
+        return cum, tokenizer
 
     def _settle(self, conversation_id: str, write: bool = True) -> None:
         p = self._pending.pop(conversation_id, None)

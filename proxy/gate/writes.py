@@ -162,6 +162,8 @@ class Replica:
         self.unlined: deque[tuple[str, Mapping[str, Message], tuple[str, ...]]] = deque()
         self.unlined_count = 0
         self._side: dict[str | None, _Side] = {}
+        #: the conversations (``None``: no conversation) of the side writes being sent
+        self._sending: set[str | None] = set()
         self._side_task: asyncio.Task[None] | None = None
         self._side_error: BaseException | None = None
 
@@ -353,6 +355,7 @@ class Replica:
         try:
             while self._side:
                 batch, self._side = self._side, {}
+                self._sending = set(batch)
                 writes = [
                     SideWrite(
                         cid,
@@ -371,12 +374,17 @@ class Replica:
                     self._side_error = exc
                     log.warning("state: side writes lost (%s)", exc.reason)
         finally:
+            self._sending = set()
             self._side_task = None
 
-    async def flush(self) -> None:
-        """Wait until every side write made so far is sent (and raise
+    def _side_pending(self, cid: str | None) -> bool:
+        return any(c in self._side or c in self._sending for c in (cid, None))
+
+    async def flush(self, cid: str | None = None) -> None:
+        """Wait until every side write made so far is sent — with ``cid``, every one of
+        that conversation and those of none (and raise
         :class:`~proxy.state.protocol.StateUnavailable` if some could not be)."""
-        while self._side_task is not None or self._side:
+        while (self._side_task is not None or self._side) and (cid is None or self._side_pending(cid)):
             task = self._side_task
             if task is None:
                 self._side_task = task = asyncio.get_running_loop().create_task(self._flush_side())

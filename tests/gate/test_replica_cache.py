@@ -150,3 +150,50 @@ async def test_a_reply_that_arrives_while_its_request_is_committed_early_is_comm
             await t.close()
         if server is not None:
             server.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_token_counts_of_a_shared_store_are_made_after_the_response_and_match_a_sole_store(
+    tmp_path: Path, backend: str
+) -> None:
+    """With a shared store the commit a response waits for (``acknowledge``) carries
+    neither the request's nor its reply's token counts: they follow, counted when the
+    loop is quiet or anything reads the conversation, and reach the store (another
+    replica reads them). They are the counts a sole store makes, request after request."""
+    server = RedisServer(tmp_path / "redis").start() if backend == "redis" else None
+    path = tmp_path / "shared.sqlite3"
+
+    def store() -> Any:
+        return RedisStore(server.url) if server is not None else SharedSQLiteStore(path)
+
+    a, b, sole = Tracker(store()), Tracker(store()), Tracker()
+    for t in (a, b, sole):
+        await t.start()
+    held = HeldCommits(a.store)
+    try:
+        msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "apply revision 3f9a1c2b7d4e"}]
+        answers = ["applied 3f9a1c2b7d4e", "upload upl-77f2e9 started", "upl-77f2e9 at 40%", "done"]
+        asks = ["now the upload", "status?", "and now?"]
+        for i, answer in enumerate(answers):
+            obs = await turn(a, [dict(m) for m in msgs], answer)
+            # what the response waited for: the commit of the reply, without the counts
+            acked = [d for c in held.commits for d in c.timeline if d["seq"] == obs.seq and d.get("reply_messages")]
+            assert acked and all(d["tokens"] == 0 and d.get("reply_tokens") is None for d in acked), acked
+            ref = await turn(sole, [dict(m) for m in msgs], answer)
+            got = a.get(obs.conversation_id)  # a reader: the counts are made
+            want = sole.get(ref.conversation_id)
+            assert got is not None and want is not None
+            assert [(e.tokens, e.reply_tokens) for e in got.timeline] == [(e.tokens, e.reply_tokens) for e in want.timeline]
+            assert got.tokens == want.tokens > 0
+            await a.flush_writes()
+            stored = await b.store.read_conversation(obs.conversation_id)
+            assert stored is not None
+            assert [(e.tokens, e.reply_tokens) for e in stored.timeline] == [(e.tokens, e.reply_tokens) for e in want.timeline]
+            assert stored.tokens == want.tokens
+            if i < len(asks):
+                msgs = msgs + [{"role": "assistant", "content": answer}, {"role": "user", "content": asks[i]}]
+    finally:
+        for t in (a, b, sole):
+            await t.close()
+        if server is not None:
+            server.stop()
