@@ -164,26 +164,23 @@ class Bookkeeping(TrackerParts):
     def _count_late(self, obs: Observation, msgs: tuple[Message, ...], own: bool) -> None:
         """The token counts :meth:`record_reply` left for after the response (a shared
         store): the request's, unless something settled it first (its conversation's
-        next request, a reader), and the reply's; written into the conversation's open
-        transaction if there is one, else as a side write. While a commit of the
-        conversation is under way they wait for its end (written into it they would be
-        lost)."""
+        next request, a reader), and the reply's; written with the conversation's next
+        commit (:meth:`~proxy.gate.writes.Replica.owe`: not into one under way, whose
+        change was built when it started)."""
         rep = self._replica
-        ending = rep.committing(obs.conversation_id) if rep is not None else None
-        if ending is not None:
-            ending.add_done_callback(lambda _f: self._counts.push(lambda: self._count_late(obs, msgs, own)))
-            return
         rec = self._recs.get(obs.conversation_id)
-        if rec is None:
+        if rec is None or rep is None:
             return
-        if own:
-            p = self._pending.get(rec.id)
-            if p is not None and p.entry.seq == obs.seq:
-                self._settle(rec.id)
         entry = self._entry(rec, obs.seq)
+        p = self._pending.get(rec.id) if own else None
+        stats = False
+        if p is not None and p.entry.seq == obs.seq:
+            del self._pending[rec.id]
+            self._account(rec, p, write=False)
+            stats = True
         if entry is not None:
             self._count_reply(obs, entry, msgs)
-            self._w.timeline(rec, entry)
+            rep.owe(rec, entry, stats)  # with the conversation's next commit
         hot = self._hot.get(rec.id)
         if hot is None or rec.seq != obs.seq or not msgs:
             return

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy.gate import writes
 from proxy.gate.budget import messages_bytes, record_bytes
 from proxy.gate.observation import Observation
 from proxy.gate.tracker import Tracker
@@ -197,3 +198,60 @@ async def test_token_counts_of_a_shared_store_are_made_after_the_response_and_ma
             await t.close()
         if server is not None:
             server.stop()
+
+
+async def test_counts_made_after_a_response_go_with_the_next_commit_or_alone_after_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counts a response left behind (:meth:`Replica.owe`) are written with the
+    conversation's next commit — no write of their own while the conversation goes on;
+    a transaction given up owes them again; once the conversation is quiet for
+    ``OWED_SECONDS`` they are sent as a side write (another replica reads them)."""
+    monkeypatch.setattr(writes, "OWED_SECONDS", 0.2)
+    path = tmp_path / "shared.sqlite3"
+    a, b = Tracker(SharedSQLiteStore(path)), Tracker(SharedSQLiteStore(path))
+    for t in (a, b):
+        await t.start()
+    held = HeldCommits(a.store)
+    sides: list[Any] = []
+    real_side = a.store.side
+
+    async def side(ws: Any) -> None:
+        sides.extend(ws)
+        await real_side(ws)
+
+    a.store.side = side  # type: ignore[method-assign]
+    try:
+        msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "apply revision 3f9a1c2b7d4e"}]
+        first = await turn(a, [dict(m) for m in msgs], "applied 3f9a1c2b7d4e")
+        cid = first.conversation_id
+        for _ in range(5):
+            await asyncio.sleep(0.01)  # the loop is quiet: the counts are made, and owed
+        assert a._replica is not None and a._replica.owing(cid)
+        msgs = msgs + [{"role": "assistant", "content": "applied 3f9a1c2b7d4e"}, {"role": "user", "content": "now the upload"}]
+        n = len(held.commits)
+        second = await turn(a, [dict(m) for m in msgs], "upload upl-77f2e9 started")
+        carried = {d["seq"]: d for c in held.commits[n:] for d in c.timeline}
+        assert carried[first.seq]["tokens"] > 0 and carried[first.seq]["reply_tokens"] > 0  # with the next commit
+        assert any(c.stats is not None and c.stats.seq == second.seq for c in held.commits[n:])
+        assert sides == []  # nothing written on its own
+        # a transaction given up: what it carried is owed again
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        assert a._replica.owing(cid)
+        msgs = msgs + [{"role": "assistant", "content": "upload upl-77f2e9 started"}, {"role": "user", "content": "status?"}]
+        third = await a.observe(exchange({"model": "gpt-4o", "messages": [dict(m) for m in msgs]}), defer_accounting=True)
+        assert third is not None and third.conversation_id == cid and not a._replica.owing(cid)  # in its transaction
+        a.abandon(cid)
+        assert a._replica.owing(cid)
+        await asyncio.sleep(0.5)  # quiet past OWED_SECONDS: sent alone
+        assert not a._replica.owing(cid)
+        assert any(w.conversation_id == cid and {e["seq"] for e in w.timeline} == {second.seq} for w in sides), sides
+        await a._replica.flush()
+        stored = await b.store.read_conversation(cid)
+        assert stored is not None
+        entry = next(e for e in stored.timeline if e.seq == second.seq)
+        assert entry.tokens > 0 and entry.reply_tokens is not None and entry.reply_tokens > 0
+    finally:
+        for t in (a, b):
+            await t.close()
