@@ -5,8 +5,11 @@ A reply is recorded (:meth:`Bookkeeping.record_reply`) once the event loop is qu
 conversation's first-seen history when there is one; a request's token accounting left
 pending by ``observe(defer_accounting=True)`` is settled (:meth:`Bookkeeping._settle`)
 with its reply, before the conversation's next request, or when it is read
-(:mod:`proxy.gate.ledger`). A mixin of :class:`~proxy.gate.tracker.Tracker`
-(:mod:`proxy.gate.tracker_parts`).
+(:mod:`proxy.gate.ledger`). With a shared store, where the reply is recorded and
+committed before its response ends, the request's and the reply's token counts are made
+after the response (:meth:`Bookkeeping._count_late`) and written with the conversation's
+next commit (:meth:`~proxy.gate.writes.Replica.owe`). A mixin of
+:class:`~proxy.gate.tracker.Tracker` (:mod:`proxy.gate.tracker_parts`).
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ class Bookkeeping(TrackerParts):
         own = pending is not None and pending.entry.seq == obs.seq
         # with a shared store the request's and the reply's token counts are made after
         # the response (:meth:`_count_late`): what the client waits for is committed
-        # without them, and they follow as a side write (or with the next commit)
+        # without them, and they follow with the conversation's next commit
         late = self._replica is not None and reply is not None and (own or bool(msgs))
         if not (late and own):
             self._settle(rec.id, write=not own)  # this request's own entry is written below

@@ -13,7 +13,9 @@ two writers with the same methods:
   the response ends; what needs no
   compare-and-set outside a transaction (token counts settled later, events a response
   tap adds) becomes a side write, sent in the background and awaited by
-  :meth:`Replica.flush`. It also keeps what this process knows of each namespace
+  :meth:`Replica.flush` — except the token counts made after a response
+  (:meth:`Replica.owe`), which wait for the conversation's next commit (or, when the
+  conversation is quiet for a while, go as a side write). It also keeps what this process knows of each namespace
   (``cursors``: the namespace version it has seen; ``seen``: per conversation, the
   version of the state cached) and which conversations must be read again in full.
 
