@@ -5,17 +5,13 @@ A reply is recorded (:meth:`Bookkeeping.record_reply`) once the event loop is qu
 conversation's first-seen history when there is one; a request's token accounting left
 pending by ``observe(defer_accounting=True)`` is settled (:meth:`Bookkeeping._settle`)
 with its reply, before the conversation's next request, or when it is read
-(:mod:`proxy.gate.ledger`). With a shared store, where the reply is recorded and
-committed before its response ends, the request's and the reply's token counts are made
-after the response (:meth:`Bookkeeping._count_late`) and written with the conversation's
-next commit (:meth:`~proxy.gate.writes.Replica.owe`). A mixin of
-:class:`~proxy.gate.tracker.Tracker` (:mod:`proxy.gate.tracker_parts`).
+(:mod:`proxy.gate.ledger`). A mixin of :class:`~proxy.gate.tracker.Tracker`
+(:mod:`proxy.gate.tracker_parts`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +23,7 @@ from proxy.gate.ledger import PendingCount, count_request
 from proxy.gate.observation import Observation
 from proxy.gate.tracker_parts import TrackerParts
 from proxy.state.offload import BACKGROUND_NICE
-from proxy.state.records import ConversationRecord, TimelineEntry
+from proxy.state.records import ConversationRecord
 
 __all__ = ["Bookkeeping"]
 
@@ -99,8 +95,6 @@ class Bookkeeping(TrackerParts):
                 if fn not in self._waiting:
                     self._later.push(fn)
         self._later.drain()
-        if tenant is None:  # a reader: the counts left for after a response too
-            self._counts.drain()
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
@@ -123,20 +117,17 @@ class Bookkeeping(TrackerParts):
             self._replica.begin(rec)
         pending = self._pending.get(rec.id)
         own = pending is not None and pending.entry.seq == obs.seq
-        # with a shared store the request's and the reply's token counts are made after
-        # the response (:meth:`_count_late`): what the client waits for is committed
-        # without them, and they follow with the conversation's next commit
-        late = self._replica is not None and reply is not None and (own or bool(msgs))
-        if not (late and own):
-            self._settle(rec.id, write=not own)  # this request's own entry is written below
+        self._settle(rec.id, write=not own)  # this request's own entry is written below
         entry = self._entry(rec, obs.seq)
         if entry is not None:
             entry.status = status if reply is None or reply.complete or status != "ok" else "incomplete"
             if reply is not None:
                 entry.usage = reply.usage.as_dict() if reply.usage else None
                 entry.reply_messages = len(msgs)
-                if not late:
-                    self._count_reply(obs, entry, msgs)
+                entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
+                entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
+                if entry.reply_estimated:
+                    in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]
             self._w.timeline(rec, entry)
@@ -146,7 +137,7 @@ class Bookkeeping(TrackerParts):
             if obs.relation == "side_request":
                 rec.side_digests = (rec.side_digests + tuple(x.digest for x in msgs))[-32:]
             elif advances:
-                self._append_reply(rec, obs, msgs, count=not late)
+                self._append_reply(rec, obs, msgs)
             # else: a later request already moved the conversation on, or cut short
         self._w.conversation(rec)
         self.budget.set_record(rec.id, record_bytes(rec))
@@ -154,49 +145,9 @@ class Bookkeeping(TrackerParts):
             self._shed()
         if own_txn:
             self._commit_soon(rec.id)
-        if late:
-            self._counts.push(lambda: self._count_late(obs, msgs, own))
 
-    def _count_reply(self, obs: Observation, entry: TimelineEntry, msgs: tuple[Message, ...]) -> None:
-        """Fill ``entry``'s counts of the reply ``msgs``."""
-        entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
-        entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
-        if entry.reply_estimated:
-            in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
-
-    def _count_late(self, obs: Observation, msgs: tuple[Message, ...], own: bool) -> None:
-        """The token counts :meth:`record_reply` left for after the response (a shared
-        store): the request's, unless something settled it first (its conversation's
-        next request, a reader), and the reply's; written with the conversation's next
-        commit (:meth:`~proxy.gate.writes.Replica.owe`: not into one under way, whose
-        change was built when it started)."""
-        rep = self._replica
-        rec = self._recs.get(obs.conversation_id)
-        if rec is None or rep is None:
-            return
-        entry = self._entry(rec, obs.seq)
-        p = self._pending.get(rec.id) if own else None
-        stats = False
-        if p is not None and p.entry.seq == obs.seq:
-            del self._pending[rec.id]
-            self._account(rec, p, write=False)
-            stats = True
-        if entry is not None:
-            self._count_reply(obs, entry, msgs)
-            rep.owe(rec, entry, stats)  # with the conversation's next commit
-        hot = self._hot.get(rec.id)
-        if hot is None or rec.seq != obs.seq or not msgs:
-            return
-        n = len(hot.snapshot.digests) - len(msgs)  # the request's messages, if the reply ends the history
-        if len(hot.cum) == n + 1 and hot.snapshot.digests[n:] == tuple(x.digest for x in msgs):
-            for x in msgs:
-                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
-
-    def _append_reply(
-        self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...], *, count: bool = True
-    ) -> None:
-        """Make the reply the end of the conversation's history (``count``: extend the
-        history's token counts by it, else :meth:`_count_late` does)."""
+    def _append_reply(self, rec: ConversationRecord, obs: Observation, msgs: tuple[Message, ...]) -> None:
+        """Make the reply the end of the conversation's history."""
         hot = self._hot.get(rec.id)
         reply = tuple(x.digest for x in msgs)
         rec.digests = rec.digests[: rec.request_len] + reply
@@ -206,31 +157,25 @@ class Bookkeeping(TrackerParts):
                 base.dialect, base.system, base.messages[: rec.request_len] + msgs, base.tools, base.model
             ).with_digests(base.digests[: rec.request_len] + reply)  # the next request compares them
             del hot.cum[rec.request_len + 1 :]
-            if count and len(hot.cum) == rec.request_len + 1:
-                for x in msgs:
-                    hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
+            for x in msgs:
+                hot.cum.append(hot.cum[-1] + self.accounting.count_message(obs.model, x))
         self.index.upsert(self._history(rec), rec.request_len)
         if hot is not None:
             self._account_hot(rec.id, base.messages, hot.snapshot.messages, rec.request_len)
 
-    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> tuple[array[int], str]:
+    def _account(self, rec: ConversationRecord, p: PendingCount, write: bool = True) -> None:
         """Count request ``p`` of ``rec`` (:func:`~proxy.gate.ledger.count_request`); the
-        conversation's latest request also updates the cumulative counts of its history.
-        Returns the request's cumulative counts and their tokenizer."""
+        conversation's latest request also updates the cumulative counts of its history."""
         cum, tokenizer = count_request(self.accounting, rec, p)
         entry = p.entry
         if entry.relation != "side_request" and rec.seq == entry.seq:
             hot = self._hot.get(rec.id)
-            if hot is not None and (
-                hot.snapshot is p.snapshot  # else its reply was appended before this count
-                or (len(hot.cum) < len(cum) and hot.snapshot.digests[: len(cum) - 1] == p.snapshot.digests)
-            ):
+            if hot is not None and hot.snapshot is p.snapshot:
                 hot.cum, hot.tokenizer = cum, tokenizer
         self.lines.remember(self.index, rec.id, p.new)
         if write:
             self._w.timeline(rec, entry)
             self._w.conversation(rec)
-        return cum, tokenizer
 
     def _settle(self, conversation_id: str, write: bool = True) -> None:
         p = self._pending.pop(conversation_id, None)

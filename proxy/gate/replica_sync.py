@@ -370,4 +370,4 @@ class ReplicaSync(TrackerParts):
                 await asyncio.shield(busy)
             await asyncio.sleep(0)  # a reply recorded after that commit opens its own
         with contextlib.suppress(StateUnavailable):
-            await rep.flush(obs.conversation_id)  # not the other conversations' side writes
+            await rep.flush()

@@ -127,9 +127,6 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         self._pending: dict[str, PendingCount] = {}
         #: bookkeeping waiting for a quiet event loop (see :meth:`later`)
         self._later: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
-        #: token counts a shared store's replies leave for after their response
-        #: (:meth:`_count_late`), drained when the loop is quiet or anything is read
-        self._counts: QuietQueue[Callable[[], None]] = QuietQueue(lambda fn: fn())
         #: per conversation, the worker thread counting its first-seen history, and the
         #: bookkeeping waiting for it (see :meth:`later`)
         self._counting: dict[str, asyncio.Future[Any]] = {}

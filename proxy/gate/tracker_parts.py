@@ -71,7 +71,6 @@ class TrackerParts:
     _hot: HotHistories
     _pending: dict[str, PendingCount]
     _later: QuietQueue[Callable[[], None]]
-    _counts: QuietQueue[Callable[[], None]]
     _counting: dict[str, asyncio.Future[Any]]
     _waiting: dict[Callable[[], None], str | None]  # -> the conversation's tenant
     _replica: Replica | None

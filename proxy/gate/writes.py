@@ -13,9 +13,7 @@ two writers with the same methods:
   the response ends; what needs no
   compare-and-set outside a transaction (token counts settled later, events a response
   tap adds) becomes a side write, sent in the background and awaited by
-  :meth:`Replica.flush` — except the token counts made after a response
-  (:meth:`Replica.owe`), which wait for the conversation's next commit (or, when the
-  conversation is quiet for a while, go as a side write). It also keeps what this process knows of each namespace
+  :meth:`Replica.flush`. It also keeps what this process knows of each namespace
   (``cursors``: the namespace version it has seen; ``seen``: per conversation, the
   version of the state cached) and which conversations must be read again in full.
 
@@ -49,9 +47,6 @@ log = logging.getLogger("proxy.gate.tracker")
 MAX_TAKEN = 4096
 #: Own commits remembered per namespace until its next sync (bounded).
 MAX_MINE = 1024
-#: Seconds token counts made after a conversation's commit wait for its next commit
-#: (:meth:`Replica.owe`) before they are sent on their own, as a side write.
-OWED_SECONDS = 1.0
 
 
 class Writes(Protocol):
@@ -129,18 +124,6 @@ class Txn:
     deferred: bool = False
     #: its commit is under way (what is written into it now would be lost)
     committing: bool = False
-    #: the token counts owed when it opened (:meth:`Replica.owe`), owed again if it fails
-    owed: _Owed | None = None
-
-
-@dataclass
-class _Owed:
-    """Token counts of a conversation made after its last commit: timeline entries by
-    seq, and whether its record's token stats changed."""
-
-    rec: ConversationRecord
-    timeline: dict[int, TimelineEntry] = field(default_factory=dict)
-    stats: bool = False
 
 
 @dataclass
@@ -179,11 +162,6 @@ class Replica:
         self.unlined: deque[tuple[str, Mapping[str, Message], tuple[str, ...]]] = deque()
         self.unlined_count = 0
         self._side: dict[str | None, _Side] = {}
-        #: per conversation, token counts waiting for its next commit (:meth:`owe`)
-        self._owed: dict[str, _Owed] = {}
-        self._owed_timer: asyncio.TimerHandle | None = None
-        #: the conversations (``None``: no conversation) of the side writes being sent
-        self._sending: set[str | None] = set()
         self._side_task: asyncio.Task[None] | None = None
         self._side_error: BaseException | None = None
 
@@ -194,11 +172,6 @@ class Replica:
         assert rec.id not in self.txns, f"a transaction of {rec.id} is already open"
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         txn = Txn(rec, None if create else rec.etag, rec.digests, done, gate=rec.gate_state)
-        owed = self._owed.pop(rec.id, None)
-        if owed is not None:  # the counts made since the last commit go with this one
-            txn.owed = owed
-            txn.timeline.update(owed.timeline)
-            txn.stats = txn.stats or owed.stats
         self.txns[rec.id] = txn
         return txn
 
@@ -238,13 +211,8 @@ class Replica:
         return txn.done if txn is not None else None
 
     def abort(self, cid: str) -> None:
-        """Close ``cid``'s transaction (the counts it carried for :meth:`owe`, unless
-        committed, are owed again)."""
         txn = self.txns.pop(cid, None)
-        if txn is None:
-            return
-        self._owe_again(txn)
-        if not txn.done.done():
+        if txn is not None and not txn.done.done():
             txn.done.set_result(None)
 
     def _build(self, txn: Txn) -> Commit:
@@ -282,8 +250,6 @@ class Replica:
         change = self._build(txn)
         try:
             res = await self.store.commit(change)
-            if res.ok:
-                txn.owed = None  # paid
         finally:
             self.abort(cid)
         if res.ok:
@@ -304,56 +270,6 @@ class Replica:
             while len(self.taken) > MAX_TAKEN:
                 self.taken.popitem(last=False)
         return res
-
-    # -- token counts owed
-
-    def owe(self, rec: ConversationRecord, entry: TimelineEntry, stats: bool) -> None:
-        """Token counts made after ``rec``'s commit (``entry`` counted; ``stats``: the
-        record's totals changed): written with the conversation's transaction if one is
-        open and not being committed, else with its next one — or, when none comes
-        within :data:`OWED_SECONDS` (or the writes are flushed), as a side write. No
-        decision depends on them: they are what the dashboard and the event log show."""
-        txn = self.txns.get(rec.id)
-        if txn is not None and not txn.committing:
-            txn.timeline[entry.seq] = entry
-            txn.stats = txn.stats or stats
-            return
-        owed = self._owed.get(rec.id)
-        if owed is None:
-            owed = self._owed[rec.id] = _Owed(rec)
-        owed.rec = rec
-        owed.timeline[entry.seq] = entry
-        owed.stats = owed.stats or stats
-        if self._owed_timer is None:
-            with contextlib.suppress(RuntimeError):  # no running loop: paid when flushed
-                self._owed_timer = asyncio.get_running_loop().call_later(OWED_SECONDS, self._pay)
-
-    def _owe_again(self, txn: Txn) -> None:
-        """A transaction that carried owed counts was not committed: owe them again
-        (as a side write they reach the conversation if it still exists)."""
-        owed = txn.owed
-        if owed is None:
-            return
-        txn.owed = None
-        for e in owed.timeline.values():
-            self.owe(owed.rec, e, False)
-        if owed.stats:
-            self._owed[owed.rec.id].stats = True
-
-    def owing(self, cid: str) -> bool:
-        return cid in self._owed
-
-    def _pay(self) -> None:
-        """Send every owed count as a side write."""
-        if self._owed_timer is not None:
-            self._owed_timer.cancel()
-            self._owed_timer = None
-        owed, self._owed = self._owed, {}
-        for cid, o in owed.items():
-            side = self._side_of(cid, o.rec.tenant)
-            side.timeline.update(o.timeline)
-            if o.stats:
-                side.stats = stats_of(o.rec)
 
     def _remember_mine(self, ns: str, cid: str, etag: str, ver: int) -> None:
         mine, vers = self.mine.setdefault(ns, {}), self.mine_ver.setdefault(ns, {})
@@ -437,7 +353,6 @@ class Replica:
         try:
             while self._side:
                 batch, self._side = self._side, {}
-                self._sending = set(batch)
                 writes = [
                     SideWrite(
                         cid,
@@ -456,19 +371,12 @@ class Replica:
                     self._side_error = exc
                     log.warning("state: side writes lost (%s)", exc.reason)
         finally:
-            self._sending = set()
             self._side_task = None
 
-    def _side_pending(self, cid: str | None) -> bool:
-        return any(c in self._side or c in self._sending for c in (cid, None))
-
-    async def flush(self, cid: str | None = None) -> None:
-        """Wait until every side write made so far is sent — with ``cid``, every one of
-        that conversation and those of none (and raise
+    async def flush(self) -> None:
+        """Wait until every side write made so far is sent (and raise
         :class:`~proxy.state.protocol.StateUnavailable` if some could not be)."""
-        if cid is None and self._owed:
-            self._pay()
-        while (self._side_task is not None or self._side) and (cid is None or self._side_pending(cid)):
+        while self._side_task is not None or self._side:
             task = self._side_task
             if task is None:
                 self._side_task = task = asyncio.get_running_loop().create_task(self._flush_side())
