@@ -64,7 +64,6 @@ from .convstate import ConversationStates
 from .events import EventLog
 from .observation import Observation
 from .outage import Outage
-from .prescan import LONG_TEXT, prescan
 from .recall import (
     H_RECALL,
     RecallPlan,
@@ -244,8 +243,6 @@ class GateInterceptor:
             side_history = None
             if obs.is_summarization_request and obs.previous is None:
                 side_history = await self._history_for_side_request(ex, obs)
-            if len(ex.body) >= LONG_TEXT:  # its long texts scanned off the loop first
-                await prescan(obs, policy_catalog(self.policies.policy))
             decision = self._decide(ex, obs, side_history)
         except StateUnavailable:
             raise

@@ -55,7 +55,6 @@ __all__ = [
     "extract_messages",
     "extract_snapshot",
     "extract_text",
-    "long_scans",
     "scan_text",
     "snapshot_calls",
 ]
@@ -577,50 +576,3 @@ def _cached_text_steps(snapshot: Snapshot, mi: int, pi: int, text: str, cache: S
     res = text_steps(text)
     cache.put(key, res)
     return res
-
-
-class _Collecting(ScanCache):
-    """A view of ``cache`` for :func:`long_scans`: a scan of one of ``long`` (texts by
-    their cache key) that ``cache`` lacks is noted as a job; every scan look-up is
-    answered with no matches (so nothing is scanned, nor cached, here); any other
-    look-up goes to ``cache``."""
-
-    def __init__(self, cache: ScanCache, long: dict[Hashable, str]) -> None:
-        super().__init__()
-        self._cache = cache
-        self._long = long
-        self.jobs: dict[Hashable, tuple[str, str]] = {}
-
-    def get(self, key: Hashable) -> object | None:
-        if not (isinstance(key, tuple) and len(key) == 4 and key[0] == "scan"):
-            return self._cache.get(key)
-        if key[1] in self._long and key not in self.jobs and self._cache.get(key) is None:
-            self.jobs[key] = (self._long[key[1]], key[2])
-        return ()  # never scanned here: a short text is left to extraction, as before
-
-    def put(self, key: Hashable, value: object) -> None:
-        self._cache.put(key, value)
-
-
-def long_scans(
-    snapshot: Snapshot, catalog: Catalog | None = None, *, cache: ScanCache = DEFAULT_CACHE, min_chars: int = 1 << 20
-) -> list[tuple[Hashable, str, str]]:
-    """The scans :func:`extract_snapshot` (or :func:`extract_messages` of any of its
-    messages) would run on texts of ``min_chars`` or more that ``cache`` does not hold
-    yet, as ``(cache key, text, src_ctx)``: run ``scan_text(text, catalog, src_ctx)``
-    elsewhere (a worker process) and :meth:`ScanCache.put` the result under the key, and
-    extraction then finds it there instead of scanning on the caller's thread. Nothing
-    is scanned here."""
-    long: dict[Hashable, str] = {
-        (m.digest, pi): p.text
-        for m in snapshot.messages if m.digest
-        for pi, p in enumerate(m.parts)
-        if p.kind in TEXTUAL_KINDS and len(p.text) >= min_chars and len(p.text) > TEXT_KEY_CHARS
-    }
-    if not long:
-        return []
-    cat = catalog or Catalog.load_default()
-    calls, links = _link_calls(snapshot, cache)
-    collecting = _Collecting(cache, long)
-    _scan_snapshot(snapshot, cat, collecting, calls, links)
-    return [(key, text, ctx) for key, (text, ctx) in collecting.jobs.items()]
