@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from proxy.core.redaction import secret_spans
 from proxy.state import sharedmem
+from proxy.state.priority import BACKGROUND_NICE, idle_policy, lower_priority
 
 __all__ = ["BACKGROUND_NICE", "OFFLOAD_CHARS", "can_offload", "in_store_worker", "lower_priority", "prestart", "run", "shutdown", "spans_of", "submit"]
 
@@ -47,17 +48,18 @@ OFFLOAD_CHARS = 1 << 20
 WORKER_NICE = 10
 #: The request path's worker's (a big request's own latency waits for it).
 REQUEST_NICE = 5
-#: How much nicer than the event loop's thread the server's background threads run
-#: (token counting of first-seen histories): see :func:`lower_priority`.
-BACKGROUND_NICE = 10
+#: Worker processes run under ``SCHED_IDLE`` where there is one
+#: (:func:`~proxy.state.priority.idle_policy`): the loop's every wake-up preempts them.
+IDLE = True
 
 
 class _Worker:
     """One worker process, started on first use (or by :func:`prestart`), restarted
     after a failure."""
 
-    def __init__(self, nice: int) -> None:
+    def __init__(self, nice: int, idle: bool = IDLE) -> None:
         self.nice = nice
+        self.idle = idle
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._lowered: set[int] = set()
@@ -70,7 +72,7 @@ class _Worker:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_worker_init,
-                    initargs=(_target_nice(self.nice), os.getpid()),
+                    initargs=(_target_nice(self.nice), os.getpid(), self.idle),
                 )
             return self._pool
 
@@ -78,7 +80,11 @@ class _Worker:
         """``fn(*args)`` in the worker; a process the pool has just started is lowered
         to the worker's priority from here, at once: its own initializer runs only after
         it has imported the server's main module (a second of CPU, otherwise taken at the
-        server's priority on the loop's core). Long arguments go through shared memory
+        server's priority on the loop's core), and put under ``SCHED_IDLE`` (:data:`IDLE`):
+        a niced ordinary task may finish its time slice before a woken loop gets the
+        core back; an idle-policy one is preempted at once (``bench.stall``, two runs
+        each: the small request's loaded p99 22-48 ms with the slice yields of
+        :mod:`proxy.server.sliced` alone, 22-26 ms with this added). Long arguments go through shared memory
         (:mod:`proxy.state.sharedmem`), and so does the long last item of ``fn``'s result
         when ``out`` gives its greatest size in bytes."""
         pool = self.executor()
@@ -89,6 +95,8 @@ class _Worker:
                 self._lowered.add(pid)
                 with contextlib.suppress(OSError):
                     os.setpriority(os.PRIO_PROCESS, pid, _target_nice(self.nice))
+                if self.idle:
+                    idle_policy(pid)
         return fut
 
     def discard(self, pool: ProcessPoolExecutor) -> None:
@@ -122,28 +130,15 @@ _STORE = _Worker(WORKER_NICE)
 _REQUEST = _Worker(REQUEST_NICE)
 
 
-def lower_priority(nice: int = BACKGROUND_NICE) -> None:
-    """Run the calling thread ``nice`` steps nicer (Linux, where a thread's nice value
-    is its own; elsewhere, or for the main thread, nothing). On a core shared with the
-    event loop, a thread counting tokens of a 10 MB text without the GIL (tiktoken)
-    otherwise gets as much of the core as the loop: every other tenant's request then
-    takes twice as long or more. Lowered, the loop's wake-ups preempt it."""
-    if not nice or not sys.platform.startswith("linux"):
-        return
-    tid = threading.get_native_id()
-    if tid == os.getpid():  # the main thread (the loop's, mostly): never
-        return
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-
-
-def _worker_init(nice: int, server: int) -> None:
+def _worker_init(nice: int, server: int, idle: bool = False) -> None:
     """In the worker: its lower priority (``nice``, absolute: the server may have set it
     already), and an exit as soon as the ``server`` process is gone (a server killed by
     a signal leaves no worker behind — also one killed while this worker was still
     importing, before this ran: then the worker's parent is another process already)."""
     with contextlib.suppress(OSError):  # not permitted: run at the same priority
         os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if idle:
+        idle_policy()
 
     def watch() -> None:
         while os.getppid() == server:

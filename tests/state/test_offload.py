@@ -41,6 +41,10 @@ def test_prestart_starts_both_workers_at_their_lower_priority() -> None:
         assert worker.submit(offload._ready).result(timeout=60) is True
         assert _worker_pids(worker) == pids  # the one process, reused
         assert {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids} == {min(19, base + nice)}
+        if hasattr(os, "SCHED_IDLE") and offload.IDLE:
+            # and under SCHED_IDLE: any ordinary thread on its core preempts it at once
+            assert {os.sched_getscheduler(pid) for pid in pids} == {os.SCHED_IDLE}
+    assert os.sched_getscheduler(0) != getattr(os, "SCHED_IDLE", -1)  # never the server itself
 
 
 def test_a_worker_whose_server_is_gone_before_its_initializer_ran_exits() -> None:

@@ -1,0 +1,78 @@
+"""The server's background work steps aside for the event loop (issue 16):
+``SCHED_IDLE`` for a worker thread or process, a higher niceness for a thread."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from proxy.state import priority
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+
+
+def _in_thread(fn: object) -> object:
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        return ex.submit(fn).result(timeout=30)  # type: ignore[arg-type]
+
+
+@linux
+def test_idle_policy_applies_to_the_calling_thread_only() -> None:
+    def run() -> tuple[bool, int]:
+        return priority.idle_policy(), os.sched_getscheduler(0)
+
+    ok, policy = _in_thread(run)  # type: ignore[misc]
+    assert ok is True
+    assert policy == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread untouched
+
+
+@linux
+def test_idle_policy_of_another_thread_by_its_id() -> None:
+    started, stop = threading.Event(), threading.Event()
+    tid: list[int] = []
+
+    def run() -> None:
+        tid.append(threading.get_native_id())
+        started.set()
+        stop.wait(30)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert started.wait(30)
+        assert os.sched_getscheduler(tid[0]) == os.SCHED_OTHER
+        assert priority.idle_policy(tid[0]) is True
+        assert os.sched_getscheduler(tid[0]) == os.SCHED_IDLE
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_idle_policy_refused_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> None:
+        raise PermissionError("no")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse, raising=False)
+    monkeypatch.setattr(os, "SCHED_IDLE", 5, raising=False)
+    assert priority.idle_policy() is False
+    monkeypatch.delattr(os, "SCHED_IDLE")
+    assert priority.idle_policy() is False
+
+
+@linux
+def test_lower_priority_lowers_a_thread_and_never_the_main_thread() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def run() -> int:
+        priority.lower_priority(3)
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert _in_thread(run) == min(19, base + 3)
+    priority.lower_priority(3)  # the main thread: unchanged
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base
+
