@@ -107,6 +107,10 @@ class Postings:
                         held += 1
                     at = bucket.find(packed, at + 1)
                 if at >= 0:  # held already
+                    if held >= SPILL:  # a long run left by extend_new: its own set now
+                        self._flat = flat
+                        many_of[k] = set(self._take(bucket, packed))
+                        flat = self._flat
                     continue
                 if held >= SPILL:
                     self._flat = flat

@@ -84,3 +84,21 @@ def test_new_values_appended_unsearched_behave_as_added(fresh: list[list[int]], 
             model.setdefault(k, set()).add(value)
     _replay(p, model, ops)
     assert sorted(p.items()) == sorted((k % 2**64, v) for k, vs in model.items() for v in vs)
+
+
+def test_a_long_run_left_unsearched_leaves_its_bucket_when_a_held_value_is_added_again() -> None:
+    """A key shared by many conversations first seen (``extend_new``: appends, no search)
+    builds a long run of records in its bucket; re-adding a value it already holds (a
+    cold conversation's lines indexed again when its history is read back) must move the
+    key to a set of its own, or every later search of that bucket walks the whole run
+    (seen at the memory bound: most of the loop's time in this search)."""
+    p = Postings()
+    n = 40 * SPILL
+    for v in range(n):
+        p.extend_new((7, 7 + 4096), v)  # 7 + 4096: same bucket, another key
+    assert p.add_all((7,), n - 1) == []  # held already: nothing new
+    assert 7 in p._many  # noqa: SLF001 - the run left the bucket
+    assert 7 + 4096 not in p._many  # noqa: SLF001 - only the key that was searched
+    assert sorted(p.get(7)) == list(range(n)) and sorted(p.get(7 + 4096)) == list(range(n))
+    assert len(p) == 2 * n
+    assert p.add_all((7,), n) == [7] and len(p) == 2 * n + 1
