@@ -106,18 +106,16 @@ class Postings:
                             break
                         held += 1
                     at = bucket.find(packed, at + 1)
-                if at >= 0:  # held already
-                    if held >= SPILL:  # a long run left by extend_new: its own set now
-                        self._flat = flat
-                        many_of[k] = set(self._take(bucket, packed))
-                        flat = self._flat
-                    continue
-                if held >= SPILL:
+                if held >= SPILL:  # a long run (extend_new leaves them): its own set now
                     self._flat = flat
-                    many_of[k] = {*self._take(bucket, packed), value}
+                    many = many_of[k] = set(self._take(bucket, packed))
                     flat = self._flat
-                    added += 1
-                    out.append(key)
+                    if at < 0:
+                        many.add(value)
+                        added += 1
+                        out.append(key)
+                    continue
+                if at >= 0:  # held already
                     continue
             bucket += packed
             bucket += tail
