@@ -107,22 +107,23 @@ def _extract(snapshot: Snapshot, catalog: object | None) -> list[Identifier]:
     return list(extract_snapshot(snapshot, catalog if isinstance(catalog, Catalog) else None))
 
 
-def _quick(
+def _quick_gone(
     before: Snapshot,
     after: Snapshot,
     lost_idx: set[int],
     catalog: object | None,
     obligation_rule: ObligationRule,
-) -> tuple[tuple[LostBinding, ...], int] | None:
-    """The lost region judged from its own messages, when that settles the verdict:
-    ``safe``, with the lost values that are not visible verbatim any more (none of them
-    required) and how many values survived, or ``None`` when the whole analysis is needed. It is settled when every
-    value the lost region holds is still visible verbatim in ``after`` (nothing dropped
-    or altered, whatever provenance would say), or when each one that is not is a value
-    no history makes required (:func:`~.identifiers.provenance.never_required`: a name
-    or noise with no machine-made part) and ``obligation_rule`` keeps none of them
-    required either. Only the lost messages are scanned; the request's text is read only
-    to look values up."""
+) -> tuple[list[Identifier], VisibleText | None, int] | None:
+    """The lost region judged from its own messages, when that settles the verdict
+    ``safe``: its values that are not visible verbatim any more (none of them required),
+    the request's visible text (``None`` when the region holds no value) and how many
+    distinct values stayed visible verbatim;
+    ``None`` when the whole analysis is needed. It is settled when every value the lost
+    region holds is still visible verbatim in ``after`` (nothing dropped or altered,
+    whatever provenance would say), or when each one that is not is a value no history
+    makes required (:func:`~.identifiers.provenance.never_required`: a name or noise with
+    no machine-made part) and ``obligation_rule`` keeps none of them required either. Only
+    the lost messages are scanned; the request's text is read only to look values up."""
     from .identifiers.catalog import Catalog
     from .identifiers.extract import extract_messages
     from .identifiers.provenance import never_required
@@ -131,12 +132,12 @@ def _quick(
     cat = catalog if isinstance(catalog, Catalog) else Catalog.load_default()
     lost = extract_messages(before, lost_idx, cat)
     if not lost:
-        return (), 0
+        return [], None, 0
     visible = VisibleText(visible_text(after))  # the request's, extended from the last one's
     gone = [i for i in lost if not visible.contains(i.value, case_insensitive=False)]
     survived = len({i.norm for i in lost} - {i.norm for i in gone})
     if not gone:
-        return (), survived
+        return [], visible, survived
     if any(not never_required(i, cat.binding_of) for i in gone):
         return None
     if any(GATE_NOTE in before.messages[i].text for i in lost_idx if 0 <= i < len(before.messages)):
@@ -146,8 +147,59 @@ def _quick(
     gone = [i if i.regenerable else dataclasses.replace(i, regenerable=True, why="3b") for i in gone]
     if required_norms(obligation_rule(gone, before)) & {i.norm for i in gone}:
         return None
+    return gone, visible, survived
+
+
+def _quick(
+    before: Snapshot,
+    after: Snapshot,
+    lost_idx: set[int],
+    catalog: object | None,
+    obligation_rule: ObligationRule,
+) -> tuple[tuple[LostBinding, ...], int] | None:
+    """:func:`_quick_gone`'s settled verdict with the lost values diffed: ``safe``, with
+    the lost values that are not visible verbatim any more and how many values survived,
+    or ``None`` when the whole analysis is needed."""
+    quick = _quick_gone(before, after, lost_idx, catalog, obligation_rule)
+    if quick is None:
+        return None
+    gone, visible, survived = quick
+    if not gone or visible is None:
+        return (), survived
     d = diff_identifiers(gone, visible)
     return d.dropped + d.altered, survived + d.survived
+
+
+def _lost_indexes(t: Transition) -> set[int]:
+    """The messages of ``before`` the analysis of ``t`` judges (the system prompt as
+    :data:`SYSTEM_INDEX` when it changed); empty for an append or a new task."""
+    lost_idx = set(t.lost_region)
+    if t.kind == "reset" or not lost_idx:
+        return set()
+    if t.system_changed:
+        # The old system prompt is part of what changed: its identifiers are diffed too
+        # (the default obligation rule never requires them).
+        lost_idx.add(SYSTEM_INDEX)
+    return lost_idx
+
+
+def settled_safe(
+    before: Snapshot,
+    after: Snapshot,
+    transition: Transition,
+    *,
+    catalog: object | None = None,
+    obligation_rule: ObligationRule = default_obligations,
+) -> bool:
+    """Whether :func:`analyze` with ``quick_survival`` (and this ``transition``) judges the
+    transition ``safe`` from the lost region alone — what a caller needs that acts only on
+    a destructive verdict — without diffing the lost values (which values went, and in
+    what altered form, is the event's detail). ``False`` means the whole analysis is
+    needed, not that the verdict is destructive."""
+    lost_idx = _lost_indexes(transition)
+    if not lost_idx:
+        return True
+    return _quick_gone(before, after, lost_idx, catalog, obligation_rule) is not None
 
 
 def analyze(
@@ -179,15 +231,11 @@ def analyze(
     sreq = detect_summarize_request(after, markers)
     agent = t.agent or (sreq.agent if sreq else None)
 
-    lost_idx = set(t.lost_region)
-    if t.kind == "reset" or not lost_idx:
+    lost_idx = _lost_indexes(t)
+    if not lost_idx:
         # Append (the hot path) or a new task: nothing to diff. A system prompt rewritten
         # on an append (Letta's memory blocks) is flagged in the transition, not diffed.
         return Analysis("safe", t, agent, (), (), 0, quiet_signals(), (), sreq)
-    if t.system_changed:
-        # The old system prompt is part of what changed: its identifiers are diffed too
-        # (the default obligation rule never requires them).
-        lost_idx.add(SYSTEM_INDEX)
     if quick_survival and before_identifiers is None:
         quick = _quick(before, after, lost_idx, catalog, obligation_rule)
         if quick is not None:
@@ -241,4 +289,4 @@ def analyze(
     return Analysis(verdict, t, agent, dropped, altered, d.survived, signals, obligations, sreq)
 
 
-__all__ = ["Analysis", "Verdict", "analyze"]
+__all__ = ["Analysis", "Verdict", "analyze", "settled_safe"]

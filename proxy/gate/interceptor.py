@@ -50,14 +50,16 @@ import json
 import logging
 from dataclasses import dataclass
 
+from ..core.analysis import settled_safe
 from ..core.interventions.bindings import TokenCounter, estimate_tokens
 from ..core.markers import Markers, load_markers
 from ..core.messages import Snapshot
-from ..core.transition import Transition, classify
+from ..core.transition import Transition, classify, within_last_turn
 from ..metrics import Metrics
 from ..policy import PolicyHolder, RequestContext
 from ..policy.detectors import policy_catalog
 from ..policy.loader import markers_path
+from ..policy.obligations import PolicyObligations
 from ..server.hooks import Decision, Exchange, Reject, ResponseTap
 from ..state.protocol import StateUnavailable
 from .compaction import SpillTarget, add_note, analyze_request, repair, respond_to_compaction
@@ -317,16 +319,21 @@ class GateInterceptor:
     async def _history_for_side_request(self, ex: Exchange, obs: Observation) -> Snapshot | None:
         return await history_for_side_request(self.tracker, self._request(ex, obs))
 
-    def _quiet_append(self, ex: Exchange, obs: Observation) -> Decision | Transition | None:
-        """The decision for a plain append to a conversation the gate holds nothing for
-        (no sticky repair, lost or protected bindings, armed tripwire or tripwire input,
-        spilled region, Responses alias); else ``None``, or the transition when it was
-        classified (the full steps then reuse it).
+    def _quiet(self, ex: Exchange, obs: Observation) -> Decision | Transition | None:
+        """The decision for a request that continues a conversation the gate holds
+        nothing for (no sticky repair, lost or protected bindings, armed tripwire or
+        tripwire input, spilled region, Responses alias) when it is a plain append, or a
+        change of the last turn only (a reply the client replaced with its own message,
+        an edited or regenerated last turn) that lost nothing required; else ``None``, or
+        the transition when it was classified (the full steps then reuse it).
         Each step of :meth:`_decide` would conclude the same for it — the analysis
-        ``safe`` with nothing lost, no repair, no recall, no tripwire, the body untouched
-        — so only what they would change is done: the timeline's ``append``. (The
-        tracker's ``extend`` is a lineage relation; the transition is still classified,
-        digests only, so a re-serialised last reply counts as in the full analysis.)"""
+        ``safe``, no compaction event (a safe change of the last turn is an ordinary
+        turn), no repair, no recall, no tripwire, the body untouched — so only what they
+        would change is done: the timeline's kind. (The tracker's ``extend`` is a lineage
+        relation; the transition is still classified, digests first, so a re-serialised
+        last reply counts as in the full analysis.) For a change of the last turn the
+        verdict is settled from the lost messages alone (:func:`settled_safe`); which
+        values went, the detail only an event would carry, is not diffed."""
         previous = obs.previous
         if previous is None or obs.relation != "extend" or obs.is_summarization_request:
             return None
@@ -335,16 +342,21 @@ class GateInterceptor:
         st = self._states.get(obs.conversation_id)
         if not st.is_empty() or st.dropped_kinds or st.tripwire_request is not None:
             return None
-        markers = self._markers_for(self.policies.policy.markers)
+        policy = self.policies.policy
+        markers = self._markers_for(policy.markers)
         t = classify(previous, obs.current, markers, lenient_last_reply=True)
         if t.kind != "append":
-            return t
-        self.tracker.set_transition(obs.conversation_id, obs.seq, "append")
+            if t.kind == "reset" or not within_last_turn(t, previous):
+                return t
+            rule = PolicyObligations(policy)
+            if not settled_safe(previous, obs.current, t, catalog=policy_catalog(policy), obligation_rule=rule):
+                return t
+        self.tracker.set_transition(obs.conversation_id, obs.seq, t.kind)
         self._states.save(obs.conversation_id)  # a no-op unless the stored state was stale
         return Decision()
 
     def _decide(self, ex: Exchange, obs: Observation, side_history: Snapshot | None = None) -> Decision:
-        quiet = self._quiet_append(ex, obs)
+        quiet = self._quiet(ex, obs)
         if isinstance(quiet, Decision):
             return quiet
         req = self._request(ex, obs)

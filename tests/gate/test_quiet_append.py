@@ -1,7 +1,9 @@
-"""A plain append to a conversation the gate holds nothing for is decided without the
-policy's steps (:meth:`GateInterceptor._quiet_append`): the same outcome — timeline,
-events, what the client gets — as the full steps, which still run whenever the
-conversation has something pending (here: after a destructive compaction)."""
+"""A plain append to a conversation the gate holds nothing for — and a change of its
+last turn that lost nothing required (a reply the client replaced with its own call) —
+is decided without the policy's steps (:meth:`GateInterceptor._quiet`): the same
+outcome — timeline, events, what the client gets — as the full steps, which still run
+whenever the conversation has something pending (here: after a destructive compaction)
+or the change lost a required binding."""
 
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ def _model(call: Call) -> Reply:
     return Reply(tool_calls=[ToolCall("bash", {"cmd": f"aws s3api put-object --bucket b --key k --idempotency-key {key}"})])
 
 
+def _readonly_model(call: Call) -> Reply:
+    # each call only reads: a reply the client drops takes nothing required with it
+    return Reply(tool_calls=[ToolCall("bash", {"cmd": f"aws s3 ls s3://b/{len(call.messages())}"})])
+
+
 def _history() -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": "You are an operations agent."},
@@ -42,9 +49,10 @@ def _own_turn(i: int) -> list[dict[str, Any]]:
     ]
 
 
-def _play(stack: GateStack, replace_at: int | None) -> list[Any]:
+def _play(stack: GateStack, replace_at: int | set[int] | None) -> list[Any]:
     """Five requests, each reply echoed with its tool result, except the one after
-    request ``replace_at``: replaced by the client's own call (which loses the key)."""
+    request ``replace_at`` (or each of a set): replaced by the client's own call (which,
+    with :func:`_model`, loses the key)."""
     client = openai.OpenAI(api_key="sk-test-quiet", base_url=stack.openai_base_url, max_retries=0)
     msgs = _history()
     answers = []
@@ -52,7 +60,7 @@ def _play(stack: GateStack, replace_at: int | None) -> list[Any]:
         got = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
         reply = got.parse().choices[0].message.model_dump(exclude_none=True)
         answers.append((got.headers.get("x-compaction-gate-action"), reply))
-        if turn == replace_at:
+        if turn == replace_at or (isinstance(replace_at, set) and turn in replace_at):
             msgs += _own_turn(turn)
         elif reply.get("tool_calls"):
             msgs += [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": f"ok {turn}"}]
@@ -87,10 +95,12 @@ def analyses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield ran
 
 
-def _run(replace_at: int | None, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+def _run(
+    replace_at: int | set[int] | None, quiet: bool, monkeypatch: pytest.MonkeyPatch, model: Any = _model
+) -> tuple[Any, ...]:
     if not quiet:
-        monkeypatch.setattr(interceptor_mod.GateInterceptor, "_quiet_append", lambda self, ex, obs: None)
-    stack = GateStack("default", _model)
+        monkeypatch.setattr(interceptor_mod.GateInterceptor, "_quiet", lambda self, ex, obs: None)
+    stack = GateStack("default", model)
     try:
         answers = _play(stack, replace_at)
         return (answers, *_outcome(stack))
@@ -132,4 +142,39 @@ def test_after_a_destructive_compaction_the_full_steps_run(analyses: list[str]) 
 def test_the_quiet_path_decides_as_the_full_steps_do(replace_at: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     fast = _run(replace_at, True, monkeypatch)
     full = _run(replace_at, False, monkeypatch)
+    assert fast == full
+
+
+def test_a_replaced_reply_that_lost_nothing_required_skips_the_analysis(analyses: list[str]) -> None:
+    stack = GateStack("default", _readonly_model)
+    try:
+        answers = _play(stack, {1, 2, 3})
+        timeline, events = _outcome(stack)
+    finally:
+        stack.close()
+    assert analyses == ["new"]  # the replaced replies took the quiet path too
+    kinds = [t[1] for t in timeline]
+    assert kinds[:2] == ["new", "append"]
+    assert all(k not in ("append", "new") for k in kinds[2:])  # three replaced replies, tracked as such
+    assert [a for a, _ in answers] == ["none"] * 5
+    assert events == []  # an ordinary turn, not a compaction
+
+
+def test_a_replaced_reply_that_lost_a_required_binding_runs_the_full_steps(analyses: list[str]) -> None:
+    stack = GateStack("default", _model)
+    try:
+        _play(stack, {1})
+        _, events = _outcome(stack)
+    finally:
+        stack.close()
+    assert [e[2] for e in events if e[0] == "compaction"] == ["destructive"]
+    assert "extend" in analyses[1:]  # the replaced reply (a lineage extension) was analysed in full
+
+
+@pytest.mark.parametrize("replace_at", [{1}, {1, 2, 3}, {0, 2}])
+def test_the_quiet_last_turn_path_decides_as_the_full_steps_do(
+    replace_at: set[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = _run(replace_at, True, monkeypatch, _readonly_model)
+    full = _run(replace_at, False, monkeypatch, _readonly_model)
     assert fast == full

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.analysis import analyze
+from proxy.core.analysis import analyze, settled_safe
 from proxy.core.identifiers import extract as extract_mod
 from proxy.core.messages import from_body
+from proxy.core.transition import classify, within_last_turn
 from proxy.policy.loader import load_policy
 from proxy.policy.obligations import PolicyObligations
 from tests.e2e.stack import GateStack
@@ -261,3 +262,39 @@ def test_a_first_seen_long_history_is_counted_off_the_event_loop() -> None:
     where, tokens, exact, relations = asyncio.run(main())
     assert where and threading.main_thread().name not in where  # no history message counted on the loop
     assert relations == ["new"] and tokens == exact > 0  # and the counts are the exact ones
+
+
+_COMMANDS = [
+    "kubectl rollout status deploy/api -n prod",  # reads
+    "aws s3 ls s3://b/k1",
+    f"aws s3api put-object --bucket b --key k --idempotency-key {KEY}",  # writes a key it made (2c)
+    "aws s3api upload-part --bucket b --key k1 --upload-id " + UPLOAD + "0001 --part-number 2",  # a kept handle
+    "git reset --hard 4f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 12), lost=st.sampled_from(_COMMANDS), own=st.sampled_from(_COMMANDS),
+       text=st.booleans())
+def test_settled_safe_never_says_safe_where_the_analysis_finds_a_loss(n: int, lost: str, own: str, text: bool) -> None:
+    """:func:`settled_safe` (what the gate's quiet path acts on) agrees with the whole
+    analysis whenever it answers: a replaced or edited last reply it calls safe is safe."""
+    msgs = _history(n)
+    call = {"id": "model_1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": lost})}}
+    reply: dict[str, Any] = ({"role": "assistant", "content": f"Next I will run {lost}"} if text
+                             else {"role": "assistant", "content": None, "tool_calls": [call]})
+    mine = {"id": "own_1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": own})}}
+    b = from_body("chat", {"model": "gpt-4o", "messages": [*msgs, reply]})
+    a = from_body("chat", {"model": "gpt-4o", "messages": [
+        *msgs, {"role": "assistant", "content": None, "tool_calls": [mine]},
+        {"role": "tool", "tool_call_id": "own_1", "content": "done"}]})
+    rule = PolicyObligations(load_policy("default"))
+    t = classify(b, a)
+    assert t.kind == "append" or within_last_turn(t, b)  # the same call again: only moved
+    full = analyze(b, a, obligation_rule=rule, transition=t)
+    if settled_safe(b, a, t, obligation_rule=rule):
+        assert full.verdict == "safe"
+    if full.destructive:
+        assert not settled_safe(b, a, t, obligation_rule=rule)
+    if lost == own:
+        assert settled_safe(b, a, t, obligation_rule=rule)  # every lost value still visible
