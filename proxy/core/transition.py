@@ -197,6 +197,8 @@ _STOP = frozenset(
 
 
 def _content_words(text: str) -> set[str]:
+    if text.isascii():  # lower-casing first finds the same words (one C call, not one per word)
+        return set(_WORD.findall(text.lower())) - _STOP
     return {w.lower() for w in _WORD.findall(text)} - _STOP
 
 
@@ -215,11 +217,14 @@ def looks_like_summary(
         return False
     shared = len(words & (lost_words() if lost_words is not None else _content_words(lost_text)))
     frac = shared / len(words)
-    folded = fold(candidate)
-    says_summary = any(w in folded for w in markers.summarize_words) or any(
+    if frac >= 0.5 or (shared >= 8 and frac >= 0.15):
+        return True
+    if shared < 3:
+        return False
+    folded = fold(candidate)  # saying "summary" / "so far" lowers the bar
+    return any(w in folded for w in markers.summarize_words) or any(
         w in folded for w in ("summary", "summarize", "summarise", "previous", "continued", "so far")
     )
-    return frac >= 0.5 or (shared >= 8 and frac >= 0.15) or (says_summary and shared >= 3)
 
 
 def last_turn_start(messages: Sequence[Message]) -> int:
@@ -306,7 +311,13 @@ def _blocks(old: Sequence[str], new: Sequence[str], p: int) -> list[tuple[int, i
         s += 1
     blocks: list[tuple[int, int, int]] = [(0, 0, p)] if p else []
     mid_old, mid_new = old[p : len(old) - s], new[p : len(new) - s]
-    if mid_old and mid_new:
+    if len(mid_old) == 1 or len(mid_new) == 1:
+        # one message on a side (a replaced or edited last turn): difflib's block is the
+        # first place the other side has it (its longest match, earliest in either)
+        j = _first_index(mid_new, mid_old[0]) if len(mid_old) == 1 else _first_index(mid_old, mid_new[0])
+        if j is not None:
+            blocks.append((p, p + j, 1) if len(mid_old) == 1 else (p + j, p, 1))
+    elif mid_old and mid_new:
         sm = SequenceMatcher(None, list(mid_old), list(mid_new), autojunk=False)
         for a, b, size in sm.get_matching_blocks():
             if size:
@@ -322,6 +333,13 @@ def _blocks(old: Sequence[str], new: Sequence[str], p: int) -> list[tuple[int, i
         else:
             merged.append(blk)
     return merged
+
+
+def _first_index(items: Sequence[str], item: str) -> int | None:
+    for k, x in enumerate(items):
+        if x == item:
+            return k
+    return None
 
 
 def _gaps(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> list[tuple[int, int, int, int, str]]:
@@ -502,9 +520,17 @@ def _classify_general(
 
     summary: list[int] = []
     inserted: list[int] = []
+    continuation: dict[int, str | None] = {}  # a new message's marker agent, read once
+
+    def continuation_of(j: int) -> str | None:
+        if j not in continuation:
+            m = new_msgs[j]
+            continuation[j] = markers.continuation_agent(fold(m.text), m.role)
+        return continuation[j]
+
     for j, pos, slot in candidates:
         m = new_msgs[j]
-        a = markers.continuation_agent(fold(m.text), m.role) if markers.agents else None
+        a = continuation_of(j) if markers.agents else None
         if a:
             note_agent(a, "continuation")
             summary.append(j)
@@ -519,8 +545,7 @@ def _classify_general(
         else:
             inserted.append(j)
     for j in list(appended):  # a continuation marker in a new trailing message
-        m = new_msgs[j]
-        a = markers.continuation_agent(fold(m.text), m.role) if markers.agents and lost_idx else None
+        a = continuation_of(j) if markers.agents and lost_idx else None
         if a:
             note_agent(a, "continuation")
             appended.remove(j)

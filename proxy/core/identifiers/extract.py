@@ -388,9 +388,12 @@ class _CallInfo:
 
 
 def _classify_cached(m: Message, pi: int, part: Part, cache: ScanCache | None) -> CallClass:
-    if cache is None or not m.digest:
+    short = len(part.text) <= TEXT_KEY_CHARS
+    if cache is None or not (m.digest or short):
         return classify_call(part.tool_name, part.text)
-    key = ("call", m.digest, pi)
+    # a short call is its own key: the same command in another message (a regenerated
+    # reply, a command the agent runs every turn) is classified once
+    key = ("call", part.tool_name, part.text) if short else ("call", m.digest, pi)
     hit = cache.get(key)
     if isinstance(hit, CallClass):
         return hit
