@@ -21,7 +21,11 @@ from typing import Any, Literal
 
 from .diff import LostBinding, VisibleText, diff_identifiers
 from .histtext import visible_text
+from .identifiers.catalog import Catalog
+from .identifiers.extract import extract_messages, extract_snapshot
 from .identifiers.model import SYSTEM_INDEX, Identifier
+from .identifiers.provenance import never_required
+from .identifiers.steps import GATE_NOTE
 from .markers import NO_MARKERS, Markers
 from .messages import Snapshot
 from .signals import (
@@ -101,9 +105,6 @@ class Analysis:
 def _extract(snapshot: Snapshot, catalog: object | None) -> list[Identifier]:
     """The identifier layer (``catalog``: a :class:`~.identifiers.catalog.Catalog` or
     ``None`` for the built-in one; typed loosely so callers need not import it)."""
-    from .identifiers.catalog import Catalog
-    from .identifiers.extract import extract_snapshot
-
     return list(extract_snapshot(snapshot, catalog if isinstance(catalog, Catalog) else None))
 
 
@@ -124,11 +125,6 @@ def _quick_gone(
     makes required (:func:`~.identifiers.provenance.never_required`: a name or noise with
     no machine-made part) and ``obligation_rule`` keeps none of them required either. Only
     the lost messages are scanned; the request's text is read only to look values up."""
-    from .identifiers.catalog import Catalog
-    from .identifiers.extract import extract_messages
-    from .identifiers.provenance import never_required
-    from .identifiers.steps import GATE_NOTE
-
     cat = catalog if isinstance(catalog, Catalog) else Catalog.load_default()
     lost = extract_messages(before, lost_idx, cat)
     if not lost:
