@@ -98,9 +98,13 @@ class Agent:
             i += 1
         self.i = i
 
-    def next_body(self) -> bytes:
+    def grow(self) -> None:
+        """The next tool turn joins the history."""
         self.messages += tool_turn(self.rng, self.i)
         self.i += 1
+
+    def next_body(self) -> bytes:
+        self.grow()
         return json.dumps({"model": "gpt-4o", "messages": self.messages}).encode()
 
     def take(self, raw: bytes) -> None:

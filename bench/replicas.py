@@ -42,8 +42,16 @@ two idle cores 2.0x, on cores shared with other processes less — the most
 ``--workers 2`` could reach over ``--workers 1`` if the gate were CPU-bound, whatever it
 did.
 
+With ``--load closed`` (:mod:`bench.closedloop`) each agent sends its next request as
+soon as its last is answered, a target's block at a time, and what a server defers past
+its last response (the sole SQLite store's batched commit, ``FLUSH_DELAY`` after its
+first write) is drained and counted as its own; the rounds count it for nobody and let
+it land in another target's round (the whole run's server CPU per request, printed
+after the rounds' table, shows how much). Blocks should be several flush delays long:
+``--requests 100`` or more.
+
 Run:  python -m bench.replicas [--agents 8 32] [--requests 20] [--size 100] [--repeat 3]
-                               [--harness lean|aiohttp]
+                               [--harness lean|aiohttp] [--load rounds|closed]
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
+from bench.closedloop import closed_blocks, exchange
 from bench.load import SETTLE_SECONDS, Agent, cpu_seconds, pct, run_all, start
 from bench.wire import Connection, upstream_process
 from tests.support.redis_server import RedisServer, free_port
@@ -175,21 +184,14 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
     out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}, "cmds": {}} for name in targets}
     rng = random.Random(seed)
 
-    async def one(c: Connection, agent: Agent, body: bytes) -> float:
-        t0 = time.perf_counter()
-        status, data = await c.post("/v1/chat/completions", body)
-        dt = time.perf_counter() - t0
-        if status != 200:
-            raise RuntimeError(f"HTTP {status}: {data[:200]!r}")
-        agent.take(data)
-        return dt
-
+    whole: dict[str, float] = {}
     gc.collect()
     gc.disable()  # the client's own GC pauses would land on whichever request is in flight
     try:
         for k in range(args.warmup + args.requests):
             if k == args.warmup:
                 await asyncio.sleep(SETTLE_SECONDS)  # the warm-up's deferred writes land
+                whole = {name: _cpu(cpu[name]["server"]) for name in targets if "server" in cpu[name]}
             order = list(targets)
             rng.shuffle(order)
             for name in order:
@@ -200,7 +202,7 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
                 c0 = {g: _cpu(p) for g, p in groups.items()}
                 me0 = time.process_time()
                 t0 = time.perf_counter()
-                dts = await asyncio.gather(*[one(c, a, b) for c, a, b in zip(conns[name], pops[name], bodies, strict=True)])
+                dts = await asyncio.gather(*[exchange(c, a, b, name) for c, a, b in zip(conns[name], pops[name], bodies, strict=True)])
                 busy = time.perf_counter() - t0
                 me = time.process_time() - me0
                 await asyncio.sleep(args.gap)
@@ -214,6 +216,11 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
                     if counted and redis is not None:
                         for cmd, n in redis.delta(r0, redis.snapshot()).items():
                             o["cmds"][cmd] = o["cmds"].get(cmd, 0) + n
+        await asyncio.sleep(SETTLE_SECONDS)  # what the servers deferred past the last round
+        for name, c0 in whole.items():
+            # the whole run's server CPU: also what a server deferred past its own round
+            # and pause into another target's (the sole SQLite store's batched commit)
+            out[name]["cpu"]["server_all"] = _cpu(cpu[name]["server"]) - c0
     finally:
         gc.enable()
         for cs in conns.values():
@@ -307,14 +314,19 @@ def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
     for rep in range(args.repeat):
         seed = 7000 + agents * 100 + rep
         if args.harness == "lean":
-            got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed, redis))
+            if args.load == "closed":
+                got = asyncio.run(closed_blocks(targets, cpu, agents, args.requests, args.warmup, args.size, seed,
+                                                drain=SETTLE_SECONDS, cpu_of=_cpu, counter=redis))  # fmt: skip
+            else:
+                got = asyncio.run(lean_rounds(targets, cpu, agents, args, seed, redis))
             direct = pct(got["direct"]["lat"], 50)
             run = {}
             for name, o in got.items():
                 f = _figures(o["lat"], o["busy"], direct)
                 n = len(o["lat"])
-                for g in ("server", "redis", "fake", "client"):
-                    f[f"cpu_{g}"] = o["cpu"].get(g, 0.0) / n
+                for g in ("server", "redis", "fake", "client", "server_all"):
+                    if g in o["cpu"] or g != "server_all":
+                        f[f"cpu_{g}"] = o["cpu"].get(g, 0.0) / n
                 if o["cmds"]:
                     cmds = o["cmds"]
                     f["redis_round_trips"] = cmds.get("reads", 0) / n
@@ -354,6 +366,9 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
         "redis/sqlite added p50 (w1)": ("redis-w1", "sqlite-w1", "added_p50"),
         "redis/sqlite added p50 (w2)": ("redis-w2", "sqlite-w2", "added_p50"),
     }
+    if any("cpu_server_all" in f for f in res.values()):
+        print("  server CPU ms per request over the whole run (also what it deferred into other targets' rounds): "
+              + ", ".join(f"{n} {f['cpu_server_all'] * 1e3:.2f}" for n, f in res.items() if "cpu_server_all" in f))  # fmt: skip
     for name, f in res.items():
         if "redis_round_trips" in f:
             print(f"  {name}: per request {f['redis_round_trips']:.2f} round trips to redis (pipelines read), "
@@ -395,10 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harness", choices=("lean", "aiohttp"), default="lean",
                     help="lean: bench.wire's raw HTTP client and upstream, with CPU per request "
                          "(default); aiohttp: bench.load's client and the project's FakeUpstream")  # fmt: skip
+    ap.add_argument("--load", choices=("rounds", "closed"), default="rounds",
+                    help="rounds: every agent's request at once, then a pause, targets interleaved "
+                         "(default); closed: each agent's next request as soon as its last is answered, "
+                         "a target's block at a time, its deferred work drained and counted (lean harness)")  # fmt: skip
     ap.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS),
                     help="targets to run (default all; the ratios need both of a pair)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
+    if args.load == "closed" and args.harness != "lean":
+        ap.error("--load closed needs the lean harness")
     if not shutil.which("redis-server") and not Path("/usr/bin/redis-server").exists():
         print("bench.replicas needs redis-server (apt-get install redis-server)", file=sys.stderr)
         return 2
@@ -429,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.settle)  # the servers' start-up work (tokenizer, catalog) off the measure
         before = machine_scaling()
         print(f"cpus: {os.cpu_count()}  load average at start: {os.getloadavg()[0]:.2f}  "
-              f"history ~{args.size} messages, {args.requests} measured requests per agent, {args.repeat} repeats")  # fmt: skip
+              f"history ~{args.size} messages, {args.requests} measured requests per agent, {args.repeat} repeats, "
+              f"harness {args.harness}, load {args.load}")  # fmt: skip
         counter = RedisCounter(redis.url) if args.harness == "lean" else None
         results = {n: measure(targets, n, args, cpu, counter) for n in args.agents}
         ratios = {n: report(n, r) for n, r in results.items()}

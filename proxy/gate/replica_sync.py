@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Container, Mapping
+from collections.abc import Container, ItemsView, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from proxy.core.messages import Message, Snapshot
@@ -56,6 +56,34 @@ class _Taken(Container[str]):
 
     def __contains__(self, x: object) -> bool:
         return x in self.a or x in self.b
+
+
+class _Held(Mapping[str, str]):
+    """What a sync may leave out, as the store's ``known`` (see
+    :meth:`~proxy.state.store.Store.sync`): iterated, this replica's own commits of the
+    namespace since its cursor (what a store is told up front: bounded, see
+    :data:`~proxy.gate.writes.MAX_MINE`); looked up, the etag the cache holds for any
+    conversation, read when the store's answer is made or read — an answer the cache
+    holds already (an own commit acknowledged meanwhile, another process's change a
+    sync before this one brought) is a no-op to adopt (:meth:`ReplicaSync._adopt`)."""
+
+    def __init__(self, mine: Mapping[str, str], recs: Mapping[str, ConversationRecord]) -> None:
+        self.mine, self.recs = mine, recs
+
+    def __getitem__(self, cid: str) -> str:
+        rec = self.recs.get(cid)
+        if rec is None or not rec.etag:
+            raise KeyError(cid)
+        return rec.etag
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.mine)
+
+    def __len__(self) -> int:
+        return len(self.mine)
+
+    def items(self) -> ItemsView[str, str]:
+        return self.mine.items()
 
 
 class ReplicaSync(TrackerParts):
@@ -131,7 +159,7 @@ class ReplicaSync(TrackerParts):
         reload = rep.reload.pop(namespace, set())
         try:
             synced = await self.store.sync(
-                tenant, namespace, rep.cursors.get(namespace, 0), reload=reload, known=rep.mine.get(namespace)
+                tenant, namespace, rep.cursors.get(namespace, 0), reload=reload, known=_Held(rep.mine.get(namespace, {}), self._recs)
             )
         except BaseException:
             if reload:

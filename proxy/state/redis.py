@@ -372,9 +372,13 @@ class RedisStore(SharedStore):
             if entry.first is None:
                 entry.first = fut
             raw = await fut
-            again = []
+            full, again = {_s(c) for c in again}, []
             next_cursor, more, entries = int(raw[0]), bool(raw[1]), raw[2]
             for cid, ver, meta, etag, evseq, stats, keep, tail, got in entries:
+                if known is not None and _s(cid) not in full and known.get(_s(cid)) == _s(etag):
+                    # held by the caller by now (its own commit acknowledged after the
+                    # script's arguments were made, or a change an earlier sync brought)
+                    continue
                 rec = _record(meta, etag, evseq, stats)
                 digests = tuple(_s(d) for d in tail)
                 msgs: Mapping[str, Message] | None = None

@@ -745,12 +745,13 @@ class SharedSQLiteStore(SharedStore):
     ) -> Synced:
         # ``known`` is read as the sync runs (the caller's commits that end meanwhile count)
         wanted = list(reload)
+        held: Mapping[str, str] = known if known is not None else {}  # looked up as the sync runs
         if len(wanted) <= INLINE_CHANGES and cursor > 0 and self._idle(self._reads):
             with self._inline(self._reader):
-                got = self._sync(namespace, cursor, wanted, bodies, known or {}, INLINE_CHANGES - len(wanted))
+                got = self._sync(namespace, cursor, wanted, bodies, held, INLINE_CHANGES - len(wanted))
             if got is not None:
                 return got
-        synced = await self._read_call(self._sync, namespace, cursor, wanted, bodies, known or {})
+        synced = await self._read_call(self._sync, namespace, cursor, wanted, bodies, held)
         assert synced is not None
         return synced
 

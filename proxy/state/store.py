@@ -111,7 +111,8 @@ class Store(ABC):
         ``cursor``, plus the ``reload`` ones in full; tails of at most ``bodies``
         digests come with their messages. ``known``: conversation id → the etag the
         caller holds (its own commits since ``cursor``): left out while the store still
-        holds that etag (the caller's cache is that state)."""
+        holds that etag (the caller's cache is that state); read as the answer is made
+        or read, so the caller's commits acknowledged meanwhile count too."""
         raise NotImplementedError
 
     async def commit(self, change: Commit) -> Committed:

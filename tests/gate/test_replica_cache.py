@@ -67,6 +67,44 @@ async def test_a_synced_tail_extends_the_hot_history_and_its_memory_account(tmp_
 
 
 
+async def test_a_sync_leaves_out_what_the_cache_holds_already(tmp_path: Path) -> None:
+    """A change a sync would answer with that the cache holds already — another
+    replica's change an earlier sync brought (two syncs made from one cursor, as
+    pipelined syncs are), this replica's own commit — the store leaves out (nothing of
+    it read, sent or parsed: it is a no-op to adopt); once the cache is dropped (the
+    store came back) it is sent again."""
+    path = tmp_path / "shared.sqlite3"
+    a, b = (Tracker(SharedSQLiteStore(path)) for _ in range(2))
+    for t in (a, b):
+        await t.start()
+    answers: list[Any] = []
+    real = a.store.sync
+
+    async def sync(*args: Any, **kw: Any) -> Any:
+        answers.append(got := await real(*args, **kw))
+        return got
+
+    a.store.sync = sync  # type: ignore[method-assign]
+    try:
+        obs = await turn(b, [SYSTEM, {"role": "user", "content": "rotate key kid-5e1f"}], "rotated kid-5e1f")
+        cid, rec = obs.conversation_id, b._recs[obs.conversation_id]
+        rep = a._replica
+        assert rep is not None
+        await a._sync(rec.tenant, rec.namespace)
+        assert [ch.record.id for ch in answers[-1].changed] == [cid]
+        assert a._recs[cid].etag == rec.etag
+        rep.cursors[rec.namespace] = 0  # another sync made from the same cursor
+        await a._sync(rec.tenant, rec.namespace)
+        assert answers[-1].changed == ()
+        a._reset_cache()
+        await a._sync(rec.tenant, rec.namespace)
+        assert [ch.record.id for ch in answers[-1].changed] == [cid]
+        assert a._recs[cid].etag == rec.etag
+    finally:
+        for t in (a, b):
+            await t.close()
+
+
 class HeldCommits:
     """Wraps a store's ``commit``: once ``hold`` is set, the next commit waits for
     ``release`` after it has started (``started`` is set), then goes on."""
