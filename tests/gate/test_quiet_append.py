@@ -89,7 +89,7 @@ def analyses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 def _run(replace_at: int | None, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     if not quiet:
-        monkeypatch.setattr(interceptor_mod.GateInterceptor, "_quiet_append", lambda self, ex, obs: None)
+        monkeypatch.setattr(interceptor_mod.GateInterceptor, "_quiet_append", lambda self, ex, obs, t: None)
     stack = GateStack("default", _model)
     try:
         answers = _play(stack, replace_at)
