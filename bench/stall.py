@@ -21,7 +21,7 @@ possible and what is measured is the proxy. Placement as in
 ``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
 on the other.
 
-    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR [--dump-after S] [--callbacks]]
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR [--dump-after S] [--callbacks [MS]]]
 
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
 100 ms late, the stacks of all its threads (``DIR/stalls.txt``, with every cyclic-GC
@@ -180,7 +180,7 @@ def _dump_tasks(trace: str) -> None:
 
 
 def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream: str, state_dir: str,
-                 trace: str | None = None, callbacks: bool = False) -> None:
+                 trace: str | None = None, callbacks: float | None = None) -> None:
     """The served product (tracking + the default policy, SQLite state), sending the
     large traffic to its own fake upstream so the probes' small requests never queue
     behind it there (only, if at all, in the proxy). With ``trace``, the loop's stalls
@@ -210,8 +210,8 @@ def _serve_proxy(q: Any, cpus: set[int] | None, small_upstream: str, big_upstrea
         await asyncio.get_running_loop().run_in_executor(None, TokenAccounting().preload_litellm)
         if trace:
             _watch_loop(trace, 0.1)
-            if callbacks:
-                _time_callbacks(trace)
+            if callbacks is not None:
+                _time_callbacks(trace, callbacks / 1e3)
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks, trace)
         q.put((server.url, os.getpid()))
         await asyncio.Event().wait()
@@ -422,9 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gil-profile", action=argparse.BooleanOptionalAction, default=True,
                     help="with --trace and py-spy installed: sample who holds the GIL under load (default on; "
                     "sampling slows the proxy, and so changes the load it sees)")
-    ap.add_argument("--callbacks", action="store_true",
-                    help="with --trace: log every event-loop callback over 4 ms, with its CPU time, to callbacks.txt "
-                    "(timing every callback slows the loop a little)")
+    ap.add_argument("--callbacks", type=float, nargs="?", const=4.0, default=None, metavar="MS",
+                    help="with --trace: log every event-loop callback over MS ms (default 4), with its CPU time, to "
+                    "callbacks.txt (timing every callback slows the loop a little)")
     ap.add_argument("--dump-after", type=float, default=PROBE_TIMEOUT, metavar="S",
                     help="with --trace: dump the proxy's tasks whenever a probe is still in flight after S "
                     f"seconds (default: only when it times out, {PROBE_TIMEOUT:.0f} s)")
@@ -459,7 +459,11 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[dict[str, float]] = []
         for r in range(args.rounds):
             dump = (lambda: os.kill(pid, signal.SIGUSR1)) if args.trace else (lambda: None)
+            if args.trace:  # to place the trace's lines (wall-clock stamps) in their phases
+                print(f"round {r + 1}: quiet from {time.time():.3f}", flush=True)
             quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0], on_timeout=dump)
+            if args.trace:
+                print(f"round {r + 1}: loaded from {time.time():.3f}", flush=True)
             loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0],
                             lambda r=r: _spy(pid, args.trace if args.gil_profile else None, f"gil-loaded-{r + 1}.txt"), dump)
             row = {

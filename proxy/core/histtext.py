@@ -23,7 +23,7 @@ from typing import TypeVar, cast
 
 from .messages import Message, Snapshot, tools_text
 
-__all__ = ["content_keys", "joined_text", "visible_text"]
+__all__ = ["content_heads", "content_keys", "joined_text", "visible_text"]
 
 #: How many trailing messages a request may add to a remembered one and still extend it.
 REACH = 8
@@ -77,6 +77,7 @@ class _Prefixed:
 
 _TEXTS = _Prefixed()
 _KEYS = _Prefixed()
+_HEADS = _Prefixed()
 
 
 def _join(msgs: Sequence[Message]) -> str:
@@ -93,17 +94,31 @@ def joined_text(digests: tuple[str, ...], msgs: Sequence[Message]) -> str:
     return _TEXTS.get(digests, msgs, _join, _extend_text, lambda s: len(s) <= MAX_CHARS)
 
 
-def content_keys(
-    digests: tuple[str, ...], msgs: Sequence[Message], key: Callable[[Message], Hashable]
+def _key_set(
+    cache: _Prefixed, digests: tuple[str, ...], msgs: Sequence[Message], key: Callable[[Message], Hashable]
 ) -> frozenset[Hashable]:
-    """``{key(m) for m in msgs}`` (``key`` must depend on a message's content only, the
-    same function on every call)."""
-    return _KEYS.get(
+    return cache.get(
         digests, msgs,
         lambda ms: frozenset(key(m) for m in ms),
         lambda s, ms: s | {key(m) for m in ms},
         lambda s: True,
     )
+
+
+def content_keys(
+    digests: tuple[str, ...], msgs: Sequence[Message], key: Callable[[Message], Hashable]
+) -> frozenset[Hashable]:
+    """``{key(m) for m in msgs}`` (``key`` must depend on a message's content only, the
+    same function on every call)."""
+    return _key_set(_KEYS, digests, msgs, key)
+
+
+def content_heads(
+    digests: tuple[str, ...], msgs: Sequence[Message], head: Callable[[Message], Hashable]
+) -> frozenset[Hashable]:
+    """:func:`content_keys` for a second function of a message's content (``head``, the
+    same function on every call), remembered apart from the first's."""
+    return _key_set(_HEADS, digests, msgs, head)
 
 
 def visible_text(snapshot: Snapshot) -> str:

@@ -67,6 +67,7 @@ from .convstate import ConversationStates
 from .events import EventLog
 from .observation import Observation
 from .outage import Outage
+from .prescan import prescan
 from .recall import (
     H_RECALL,
     RecallPlan,
@@ -246,7 +247,10 @@ class GateInterceptor:
             side_history = None
             if obs.is_summarization_request and obs.previous is None:
                 side_history = await self._history_for_side_request(ex, obs)
-            decision = self._decide(ex, obs, side_history)
+            transition = self._transition(obs)
+            if transition is not None and obs.previous is not None:  # its long texts scanned off the loop
+                await prescan(obs.previous, obs.current, transition, policy_catalog(self.policies.policy))
+            decision = self._decide(ex, obs, side_history, transition)
         except StateUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
@@ -319,13 +323,22 @@ class GateInterceptor:
     async def _history_for_side_request(self, ex: Exchange, obs: Observation) -> Snapshot | None:
         return await history_for_side_request(self.tracker, self._request(ex, obs))
 
-    def _quiet(self, ex: Exchange, obs: Observation) -> Decision | Transition | None:
+    def _transition(self, obs: Observation) -> Transition | None:
+        """The transition the decision judges (the previous history to the request, with
+        the policy's markers), classified once for it; ``None`` for a conversation's
+        first request and for a summarization call (judged without it)."""
+        if obs.previous is None or obs.is_summarization_request:
+            return None
+        markers = self._markers_for(self.policies.policy.markers)
+        return classify(obs.previous, obs.current, markers, lenient_last_reply=True)
+
+    def _quiet(self, ex: Exchange, obs: Observation, t: Transition | None) -> Decision | None:
         """The decision for a request that continues a conversation the gate holds
         nothing for (no sticky repair, lost or protected bindings, armed tripwire or
         tripwire input, spilled region, Responses alias) when it is a plain append, or a
         change of the last turn only (a reply the client replaced with its own message,
-        an edited or regenerated last turn) that lost nothing required; else ``None``, or
-        the transition when it was classified (the full steps then reuse it).
+        an edited or regenerated last turn) that lost nothing required; else ``None``.
+        ``t``: the transition (:meth:`_transition`).
         Each step of :meth:`_decide` would conclude the same for it — the analysis
         ``safe``, no compaction event (a safe change of the last turn is an ordinary
         turn), no repair, no recall, no tripwire, the body untouched — so only what they
@@ -335,29 +348,29 @@ class GateInterceptor:
         verdict is settled from the lost messages alone (:func:`settled_safe`); which
         values went, the detail only an event would carry, is not diffed."""
         previous = obs.previous
-        if previous is None or obs.relation != "extend" or obs.is_summarization_request:
+        if t is None or previous is None or obs.relation != "extend":
             return None
         if ex.kind == "responses" and len(self._aliases):
             return None
         st = self._states.get(obs.conversation_id)
         if not st.is_empty() or st.dropped_kinds or st.tripwire_request is not None:
             return None
-        policy = self.policies.policy
-        markers = self._markers_for(policy.markers)
-        t = classify(previous, obs.current, markers, lenient_last_reply=True)
         if t.kind != "append":
             if t.kind == "reset" or not within_last_turn(t, previous):
-                return t
+                return None
+            policy = self.policies.policy
             rule = PolicyObligations(policy)
             if not settled_safe(previous, obs.current, t, catalog=policy_catalog(policy), obligation_rule=rule):
-                return t
+                return None
         self.tracker.set_transition(obs.conversation_id, obs.seq, t.kind)
         self._states.save(obs.conversation_id)  # a no-op unless the stored state was stale
         return Decision()
 
-    def _decide(self, ex: Exchange, obs: Observation, side_history: Snapshot | None = None) -> Decision:
-        quiet = self._quiet(ex, obs)
-        if isinstance(quiet, Decision):
+    def _decide(
+        self, ex: Exchange, obs: Observation, side_history: Snapshot | None = None, transition: Transition | None = None
+    ) -> Decision:
+        quiet = self._quiet(ex, obs, transition)
+        if quiet is not None:
             return quiet
         req = self._request(ex, obs)
         st = self._states.get(req.cid)
@@ -366,7 +379,7 @@ class GateInterceptor:
             decision = summarization_call(req, st, side_history)
             self._states.save(req.cid)
             return decision
-        analysis = analyze_request(req, markers, st, quiet)
+        analysis = analyze_request(req, markers, st, transition)
         if analysis is not None:
             # the timeline shows the classified kind (summarize, truncate …), not the relation
             self.tracker.set_transition(req.cid, obs.seq, analysis.transition.kind)

@@ -6,6 +6,7 @@ are looked for in (a long text's first and last 64 KiB)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -49,16 +50,6 @@ def _head_key_whole(m: Message) -> tuple[str, str]:
 WORDY = st.text(st.sampled_from(list("ab \t\n\u00a0\u2003xyz.")), max_size=600)
 
 
-@settings(max_examples=300, deadline=None)
-@given(text=WORDY | TEXT, read=st.integers(1, 50))
-def test_the_first_line_key_read_piece_by_piece_is_the_whole_texts(text: str, read: int) -> None:
-    m = make_message("user", [Part("text", text)])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(transition_mod, "_HEAD_READ", read)
-        key = transition_mod._head_key(m)
-    assert key == _head_key_whole(m)
-
-
 def test_marker_view_is_the_whole_text_or_its_two_ends() -> None:
     short = "x" * (2 * MARKER_WINDOW)
     assert marker_view(short) is short
@@ -91,3 +82,75 @@ def test_an_agents_marker_framing_a_megabyte_paste_is_found_and_one_only_in_its_
     buried = paste + marker + paste
     sr = detect_summarize_request(_summarize_request(buried), markers)
     assert sr is None or sr.reason != "marker"
+
+
+def _norm_head_whole(m: Message) -> tuple[str, str]:
+    return m.role, " ".join(m.text.split())[:transition_mod._NORM_HEAD]
+
+
+@pytest.mark.parametrize("name, whole", [("_head_key", _head_key_whole), ("_norm_head", _norm_head_whole)])
+@settings(max_examples=300, deadline=None)
+@given(text=WORDY | TEXT, read=st.integers(1, 50))
+def test_a_key_of_a_texts_start_read_piece_by_piece_is_the_whole_texts(
+    name: str, whole: Callable[[Message], tuple[str, str]], text: str, read: int
+) -> None:
+    """The first-line key of a message, and the start of its text up to whitespace."""
+    m = make_message("user", [Part("text", text)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(transition_mod, "_HEAD_READ", read)
+        key = getattr(transition_mod, name)(m)
+    assert key == whole(m)
+
+
+def _only_moved_whole(before: Snapshot, after: Snapshot, lost_idx: set[int]) -> str | None:
+    """``_only_moved`` as it was, every message keyed by its whole text up to whitespace."""
+    key = lambda m: (m.role, " ".join(m.text.split()))
+    present = {key(n) for n in after.messages}
+    old_keys = {key(m) for m in before.messages}
+    fresh = [n for n in after.messages if not (n.tool_results or n.tool_calls) and key(n) not in old_keys]
+    heads = {transition_mod._head_key(x) for x in fresh}
+    for i in lost_idx:
+        m = before.messages[i]
+        if key(m) in present:
+            continue
+        if m.tool_results or m.tool_calls or transition_mod._head_key(m) not in heads:
+            return None
+        twin = next(n for n in fresh if transition_mod._head_key(n) == transition_mod._head_key(m))
+        if not 0.5 <= (len(twin.text) + 1) / (len(m.text) + 1) <= 2.0:
+            return None
+    return "moved"
+
+
+SPACED = st.text(st.sampled_from(list("ab \n")), max_size=12)
+MSG = st.tuples(st.sampled_from(["user", "assistant"]), SPACED)
+
+
+@settings(max_examples=400, deadline=None)
+@given(old=st.lists(MSG, min_size=1, max_size=5), new=st.lists(MSG, max_size=5), data=st.data())
+def test_a_message_found_moved_by_digest_or_head_is_found_as_by_its_whole_text(
+    old: list[tuple[str, str]], new: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    before = Snapshot("openai", "", tuple(make_message(r, [Part("text", t)]) for r, t in old))
+    after = Snapshot("openai", "", tuple(make_message(r, [Part("text", t)]) for r, t in new))
+    lost = data.draw(st.sets(st.integers(0, len(old) - 1), min_size=1))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(transition_mod, "_NORM_HEAD", data.draw(st.integers(1, 4)))  # heads alike, texts not
+        got = transition_mod._only_moved(before, after, lost, None)
+    assert (got is not None) == (_only_moved_whole(before, after, lost) is not None)
+
+
+def test_a_resent_request_keys_no_long_text_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client sending its earlier 10 MB request again drops that request's reply: the
+    classification tells the reply is not in the request by its first characters, without
+    keying either long text whole (a pass over each: 20-28 ms of the event loop per such
+    request at 10 MB)."""
+    user = make_message("user", [Part("text", "0 " + "a" * 300_000)])
+    before = Snapshot("openai", "", (user, make_message("assistant", [Part("text", "B" * 300_000)])))
+    after = Snapshot("openai", "", (user,))
+    keyed: list[int] = []
+    real = transition_mod._content_key
+    monkeypatch.setattr(transition_mod, "_KEYS", {})
+    monkeypatch.setattr(transition_mod, "_content_key", lambda m: keyed.append(len(m.text)) or real(m))
+    t = transition_mod.classify(before, after)
+    assert t.kind == "fork" and t.lost_region == (1,)
+    assert keyed == []

@@ -1,0 +1,78 @@
+"""The long texts a request's analysis would scan for identifiers, scanned in the request
+worker first (issue 16).
+
+A request that drops messages of its conversation is analysed against the history it
+left: the lost messages' identifiers are extracted (:func:`proxy.core.analysis.analyze`,
+its quick path), and when one of them may be missing, every message's of both histories.
+A client resending an earlier request — a retry, a "regenerate" — drops that request's
+reply; with a 10 MB reply that was one synchronous scan of ~0.5 s on the event loop
+(``bench.stall`` round 2, which resends round 1's requests: a 505 ms decision step, every
+other tenant's requests waiting behind it). :func:`prescan` runs those scans before the
+decision, in the request path's worker process (:func:`proxy.state.offload.run`,
+awaited: the loop serves everyone else meanwhile), and puts each result in the scan cache
+under the key the extraction looks up (:func:`proxy.core.identifiers.longscan.long_scans`):
+the analysis then finds them there, the same matches, and scans no long text itself.
+Where no worker can run (or it fails), the analysis scans on the loop as before.
+
+What the transition keeps is not scanned: the quick path reads only the lost messages;
+the rest of both histories is scanned first only when the lost messages hold
+identifiers (only then may the full analysis run).
+"""
+
+from __future__ import annotations
+
+from proxy.core.identifiers.catalog import Catalog
+from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
+from proxy.core.identifiers.longscan import long_scans
+from proxy.core.messages import Snapshot
+from proxy.core.transition import Transition
+from proxy.state import offload
+
+__all__ = ["LONG_TEXT", "prescan"]
+
+#: Texts from this many characters on are scanned in the worker (~3 ms of scanning
+#: on this machine's cores; a 10 MB text ~0.5 s).
+LONG_TEXT = 1 << 16
+
+
+async def prescan(
+    previous: Snapshot,
+    current: Snapshot,
+    transition: Transition,
+    catalog: Catalog | None,
+    cache: ScanCache = DEFAULT_CACHE,
+) -> int:
+    """Scan in the worker the long texts that the analysis of ``transition`` (from
+    ``previous`` to ``current``) would scan and ``cache`` lacks; how many results were
+    put in the cache (0 also when no worker could run them: the analysis then scans)."""
+    lost = [i for i in transition.lost_region if i >= 0]
+    if not lost or transition.kind == "reset":
+        return 0
+    done = await _scan(long_scans(previous, catalog, cache=cache, min_chars=LONG_TEXT, only=lost), catalog, cache)
+    if done is None:
+        return 0
+    if not extract_messages(previous, lost, catalog, cache=cache):
+        return done  # nothing in the lost messages to look for: the quick path settles it
+    for snap in (previous, current):
+        more = await _scan(long_scans(snap, catalog, cache=cache, min_chars=LONG_TEXT), catalog, cache)
+        if more is None:
+            break
+        done += more
+    return done
+
+
+async def _scan(jobs: list[tuple[object, str, str]], catalog: Catalog | None, cache: ScanCache) -> int | None:
+    """Each job's scan run in the worker and put in ``cache``; how many, ``None`` when
+    the worker could not run one."""
+    # the default catalogue is loaded by the worker itself (not sent: ~150 KB pickled)
+    sent = None if catalog is None or catalog is Catalog.load_default() else catalog
+    done = 0
+    for key, text, ctx in jobs:
+        if cache.get(key) is not None:  # scanned meanwhile (the same text twice)
+            continue
+        matches = await offload.run(scan_text, text, sent, ctx)
+        if matches is None:
+            return None
+        cache.put(key, matches)
+        done += 1
+    return done

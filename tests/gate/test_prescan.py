@@ -1,0 +1,151 @@
+"""A request that drops long texts of its conversation — a client resending an earlier
+request drops that request's reply — has them scanned for identifiers in the request
+worker before its analysis (issue 16, :mod:`proxy.gate.prescan`): the event loop scans
+no long text, and the gate decides as it does when it scans them itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.core.identifiers import extract
+from proxy.core.identifiers.extract import ScanCache, extract_messages, extract_snapshot, scan_text
+from proxy.core.identifiers.longscan import long_scans
+from proxy.core.messages import Part, Snapshot, make_message
+from proxy.gate import interceptor as interceptor_mod
+from proxy.gate import prescan as prescan_mod
+from proxy.state import offload
+from tests.e2e.stack import GateStack
+from tests.support.fake_upstream import Call, Reply
+
+SHA = "9fceb02d0ae598e95dc970b74767f19372d61af8"
+UUID = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
+LONG = prescan_mod.LONG_TEXT + 1000
+
+
+worker_scans: list[int] = []  # lengths of the texts the fake worker scanned
+
+
+@pytest.fixture
+def loop_scans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Lengths of the long texts scanned for identifiers on an event loop's thread (the
+    fake worker below scans in a thread of its own: :data:`worker_scans`), the scan cache emptied."""
+    seen: list[int] = []
+    worker_scans.clear()
+    real = extract.candidates
+
+    def spy(text: str, *args: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            if len(text) >= prescan_mod.LONG_TEXT:
+                seen.append(len(text))
+        return real(text, *args)
+
+    async def worker(fn: Any, *args: Any) -> Any:  # the request worker: another thread
+        worker_scans.append(len(args[0]))
+        return await asyncio.to_thread(fn, *args)
+
+    monkeypatch.setattr(extract, "candidates", spy)
+    monkeypatch.setattr(offload, "run", worker)
+    extract.DEFAULT_CACHE.clear()  # nothing scanned before
+    yield seen
+    extract.DEFAULT_CACHE.clear()
+
+
+def _reply(with_ids: bool) -> Any:
+    text = ("the listing follows " + "line of output " * (LONG // 15))[:LONG]
+    if with_ids:
+        text = f"commit {SHA} " + text + f" {UUID}"
+
+    def answer(call: Call) -> Reply:
+        return Reply(text=text)
+
+    return answer
+
+
+def _resend(stack: GateStack, user_text: str) -> list[tuple[Any, ...]]:
+    """The first request, then the same request again (its reply dropped); the events
+    and the timeline the gate kept."""
+    client = openai.OpenAI(api_key="sk-test-prescan", base_url=stack.openai_base_url, max_retries=0)
+    msgs = [{"role": "user", "content": user_text}]
+    for _ in range(2):
+        client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
+    _, convs = stack.get("/gate/conversations")
+    [conv] = convs["conversations"]
+    _, detail = stack.get(f"/gate/conversations/{conv['id']}")
+    timeline = [(t["relation"], t.get("transition"), t["messages"]) for t in detail["timeline"]]
+    events = [(e["kind"], e.get("action"), e.get("verdict"), e.get("transition")) for e in stack.events()]
+    return [tuple(timeline), tuple(events)]
+
+
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_a_resent_request_scans_no_long_text_on_the_loop(with_ids: bool, loop_scans: list[int],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    user = "please list it " + "x" * LONG  # long too: scanned (in the worker) only when the reply held values
+    stack = GateStack("default", _reply(with_ids))
+    try:
+        got = _resend(stack, user)
+    finally:
+        stack.close()
+    assert loop_scans == []
+    assert got[0][1][1] in ("fork", "truncate")  # the resend was analysed (no append)
+    # the dropped reply; with values in it, the request's long text too (the full analysis may run)
+    assert worker_scans == ([LONG + len(SHA) + len(UUID) + 9, len(user)] if with_ids else [LONG])
+    # the same outcome as when the analysis scans them itself, on the loop
+    monkeypatch.setattr(interceptor_mod, "prescan", lambda *a: asyncio.sleep(0, 0))
+    extract.DEFAULT_CACHE.clear()
+    stack = GateStack("default", _reply(with_ids))
+    try:
+        assert _resend(stack, user) == got
+    finally:
+        stack.close()
+    assert loop_scans  # and that scanned them there
+
+
+def _snapshots() -> tuple[Snapshot, Snapshot]:
+    call = Part("tool_call", '{"cmd": "git log"}', tool_name="bash", tool_call_id="c1")
+    result = Part("tool_result", f"commit {SHA}\n" + "log line\n" * (LONG // 9 + 1), tool_call_id="c1")
+    user = make_message("user", [Part("text", f"upload {UUID} " + "x" * LONG)])
+    before = Snapshot("openai", "", (
+        user,
+        make_message("assistant", [call]),
+        make_message("tool", [result]),
+        make_message("assistant", [Part("text", "done " + "y" * LONG + f" {SHA}")]),
+    ))
+    return before, Snapshot("openai", "", (user,))
+
+
+def test_long_scans_name_the_keys_extraction_uses() -> None:
+    before, _ = _snapshots()
+    cache = ScanCache()
+    jobs = long_scans(before, cache=cache, min_chars=LONG)
+    assert len(jobs) == 3  # the user text, the tool result (with its call's context), the reply
+    assert any(ctx for _, _, ctx in jobs)  # the tool result's context: its call
+    lost = long_scans(before, cache=cache, min_chars=LONG, only=[2, 3])
+    assert sorted(len(t) for _, t, _ in lost) == sorted(len(before.messages[i].text) for i in (2, 3))
+    for key, text, ctx in jobs:
+        cache.put(key, scan_text(text, None, ctx))
+    assert long_scans(before, cache=cache, min_chars=LONG) == []  # all there now
+    assert extract_snapshot(before, cache=cache) == extract_snapshot(before, cache=None)
+    assert extract_messages(before, [2, 3], cache=cache) == extract_messages(before, [2, 3], cache=None)
+
+
+def test_without_a_worker_the_analysis_scans_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    before, after = _snapshots()
+    from proxy.core.transition import classify
+
+    async def no_worker(fn: Any, *args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(offload, "run", no_worker)
+    cache = ScanCache()
+    t = classify(before, after)
+    assert asyncio.run(prescan_mod.prescan(before, after, t, None, cache)) == 0
+    assert len(long_scans(before, cache=cache, min_chars=LONG)) == 3  # left to the analysis
