@@ -324,7 +324,11 @@ def _blocks(old: Sequence[str], new: Sequence[str], p: int) -> list[tuple[int, i
                 blocks.append((p + a, p + b, size))
     if s:
         blocks.append((len(old) - s, len(new) - s, s))
-    # merge adjacent blocks
+    return _merged(blocks)
+
+
+def _merged(blocks: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``blocks`` with adjacent ones merged."""
     merged: list[tuple[int, int, int]] = []
     for blk in blocks:
         if merged and merged[-1][0] + merged[-1][2] == blk[0] and merged[-1][1] + merged[-1][2] == blk[1]:

@@ -27,14 +27,7 @@ def _blocks_by_difflib(old: list[str], new: list[str], p: int) -> list[tuple[int
                 blocks.append((p + a, p + b, size))
     if s:
         blocks.append((len(old) - s, len(new) - s, s))
-    merged: list[tuple[int, int, int]] = []
-    for blk in blocks:
-        if merged and merged[-1][0] + merged[-1][2] == blk[0] and merged[-1][1] + merged[-1][2] == blk[1]:
-            a, b, size = merged[-1]
-            merged[-1] = (a, b, size + blk[2])
-        else:
-            merged.append(blk)
-    return merged
+    return T._merged(blocks)
 
 
 @given(prefix=_DIGESTS, old=_DIGESTS, new=_DIGESTS)
