@@ -64,7 +64,8 @@ class Residency(TrackerParts):
         recently used hot histories (and the parsed requests the normaliser keeps for
         them; re-read from the store when a request needs them), then, when none is left,
         stop tracking the least recently used conversations in memory (a sole store
-        keeps them until their ``ttl_seconds``; an in-memory store forgets them). The
+        keeps them until their ``ttl_seconds``, and is told to drop what it keeps of
+        them in memory; an in-memory store forgets them). The
         most recently used conversation is always kept."""
         budget = self.budget
         while budget.over():
@@ -86,6 +87,8 @@ class Residency(TrackerParts):
             dead.append(cid)
         if dead and isinstance(self.store, MemoryStore):
             self._w.forget(dead)
+        elif dead:
+            self.store.release(dead)  # what the store kept of them in memory goes too
 
     def memory(self) -> dict[str, int | None]:
         """What the tracker keeps in memory (estimated bytes, :mod:`proxy.gate.budget`)."""

@@ -152,6 +152,8 @@ class _Batch:
         self.timeline: dict[tuple[str, int], dict[str, Any]] = {}
         self.events: dict[tuple[str, int], str] = {}
         self.deletes: set[str] = set()
+        #: conversations whose committed digests the writer need no longer remember
+        self.released: set[str] = set()
         #: characters of message text in ``messages``
         self.chars = 0
 
@@ -213,13 +215,16 @@ class SQLiteStore(Store):
             batch, self._batch = self._batch, _Batch()
             if batch:
                 self._writing = batch
+        if batch:
+            try:
+                self._write(conn, batch)
+            finally:
+                with self._lock:  # committed (or dropped): no longer pending for readers
+                    self._writing = None
+        for cid in batch.released:  # after the commit, which remembers what it wrote
+            self._written.pop(cid, None)
         if not batch:
             return
-        try:
-            self._write(conn, batch)
-        finally:
-            with self._lock:  # committed (or dropped): no longer pending for readers
-                self._writing = None
         if self._need_gc and time.monotonic() - self._last_gc >= GC_INTERVAL:
             self._gc_sync()
 
@@ -485,6 +490,7 @@ class SQLiteStore(Store):
         row = (rec.last_seen, rec.meta_dict(), rec.digests)
         with self._lock:
             self._batch.convs[rec.id] = row
+            self._batch.released.discard(rec.id)  # held again
             self._schedule()
 
     def put_messages(self, msgs: Iterable[Message]) -> None:
@@ -523,3 +529,10 @@ class SQLiteStore(Store):
                     del self._batch.events[key]
                 self._batch.deletes.add(cid)
             self._schedule()
+
+    def release(self, conversation_ids: Iterable[str]) -> None:
+        """Forget the digests last committed for these conversations (the writer keeps
+        them to rewrite only the chunks that changed): their next save, if any, rewrites
+        every chunk. Done by the writer after the batch under way; no write of its own."""
+        with self._lock:
+            self._batch.released.update(conversation_ids)

@@ -95,6 +95,11 @@ class Store(ABC):
         """Delete conversations with their timeline and events; messages and blobs no
         longer referenced may be garbage-collected later."""
 
+    def release(self, conversation_ids: Iterable[str]) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """This process no longer keeps these conversations in memory (they stay stored,
+        see :meth:`proxy.gate.residency.Residency._shed`): drop whatever the store keeps
+        of them in memory, so that memory stays bounded by what the tracker holds."""
+
     # -- shared stores (see proxy.state.protocol); a sole store never gets these calls
 
     async def sync(

@@ -128,3 +128,28 @@ async def test_beyond_the_histories_conversations_leave_memory_not_the_store(tmp
     await t3.start()
     assert 1 <= len(t3.conversations()) < 120 and t3.budget.total <= limit
     await t3.close()
+
+
+async def test_what_left_memory_leaves_the_stores_memory_too(tmp_path: Path) -> None:
+    # The SQLite writer remembers each conversation's committed digests, to rewrite only
+    # the chunks of its digest list that changed. Past the memory bound that memory must
+    # go with the conversations the tracker stops keeping: ~10 KB per 100-message
+    # conversation nobody counted, growing without a bound (issue 15).
+    limit = 200_000
+    store = SQLiteStore(tmp_path / "s.db")
+    t = Tracker(store, TrackerConfig(max_memory_bytes=limit, max_conversations=10_000))
+    await t.start()
+    for seed in range(60):
+        await play(t, seed, turns=1)
+    await t.flush()
+    kept = {r.id for r in t.conversations()}
+    assert 1 <= len(kept) < 60
+    assert set(store._written) <= kept and store._written
+    await t.close()
+    # nothing of what is stored went with it: every conversation reads back whole
+    again = SQLiteStore(tmp_path / "s.db")
+    await again.open()
+    back = await again.load()
+    assert len(back) == 60 and all(len(r.digests) == 100 for r in back)
+    assert len(await again.load_messages(back[0].digests)) == 100
+    await again.close()
