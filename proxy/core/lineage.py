@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .messages import Message
 from .postings import Postings
 from .prefix import common_prefix
 
@@ -122,6 +123,10 @@ class Probe:
     #: reused its parsed messages), so that it extends it needs no comparison.
     reused_from: str | None = None
     reused: int = 0
+    #: Whether the request's message with this digest is commonplace (see
+    #: :func:`commonplace`): such messages alone are no evidence that the request
+    #: continues a conversation they end. ``None``: every message counts.
+    common: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +499,31 @@ def _kept_tail(h: History, r: tuple[str, ...], start: int) -> tuple[int, int]:
     return best_k, best_j
 
 
+#: A message of at most this many characters, without digits or tool calls, is
+#: commonplace: many conversations hold it verbatim ("yes", "continue", "ok, go on").
+COMMONPLACE_CHARS = 48
+
+
+def commonplace(msgs: Sequence[Message]) -> Callable[[str], bool]:
+    """Of the digests of ``msgs``, which are of commonplace messages: short texts with no
+    digit and no tool call or result — what any two conversations of one agent may
+    both hold verbatim, so that sharing one proves nothing about where a request
+    belongs. The map of ``msgs`` by digest is built on the first question (a request
+    that extends a known conversation never asks)."""
+    by: dict[str, Message] = {}
+
+    def common(digest: str) -> bool:
+        if not by:
+            by.update((m.digest, m) for m in msgs)
+        m = by.get(digest)
+        if m is None or len(m.parts) != 1 or m.parts[0].kind != "text":
+            return False
+        text = m.parts[0].text
+        return len(text) <= COMMONPLACE_CHARS and not any(c.isdigit() for c in text)
+
+    return common
+
+
 def _extends(r: tuple[str, ...], h: History, probe: Probe | None = None) -> bool:
     """Does ``r`` start with the known history's last request? Known from ``probe``'s
     provenance, else compared (ends first: a cheap rejection of other conversations
@@ -520,6 +550,8 @@ def _evaluate(h: History, probe: Probe) -> Match:
         return _extension(h, probe)
     lcp = common_prefix(r, h.digests)
     k, j = _kept_tail(h, r, lcp)
+    if k and not lcp and probe.common is not None and all(map(probe.common, h.digests[j : j + k])):
+        k = 0  # nothing in common but messages any conversation could hold ("yes")
     if k and (k >= 2 or lcp >= 1 or probe.system_hash == h.system_hash):
         dropped = max(0, min(j, L) - lcp)
         return Match(h.conversation_id, "compacted", prefix_len=lcp, suffix_len=k, dropped=dropped)
@@ -606,7 +638,8 @@ def relate(h: History | None, probe: Probe) -> Match:
     or rewritten), ``side_request`` (with a summarize hint) or ``new`` (no history)."""
     if h is None:
         return NEW
-    m = _evaluate(h, probe)
+    # the conversation is named: a commonplace kept tail needs no proving
+    m = _evaluate(h, probe if probe.common is None else replace(probe, common=None))
     if probe.summarize_hint:
         return _as_side_request(m, h)
     if m.relation == "extend" or m.relation == "compacted":

@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.accounting import ModelInfo, TokenAccounting
-from proxy.core.lineage import LineageIndex, Match, Probe, Relation, match
+from proxy.core.lineage import LineageIndex, Match, Probe, Relation, commonplace, match
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot
 from proxy.core.prefix import common_prefix
@@ -376,6 +376,7 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
             self.hints.continuation_agent(snap) is not None or self.hints.continued_by_item(body) is not None,
             reused_from,
             norm.reused,
+            commonplace(snap.messages),
         )
 
         hydrations = 0

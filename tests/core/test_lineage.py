@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.lineage import History, LineageIndex, Probe, line_fingerprints, match, relate
+from proxy.core.lineage import (
+    History,
+    LineageIndex,
+    Probe,
+    commonplace,
+    line_fingerprints,
+    match,
+    relate,
+)
+from proxy.core.messages import Part, make_message
 
 SYS = "sys-hash"
 
@@ -135,6 +144,40 @@ def test_continuation_marker_turns_fork_into_compaction() -> None:
     ix = index(hist("A", HIST))
     m = match(ix, probe(HIST[:1] + d("Another language model started..."), continuation_hint=True))
     assert (m.conversation_id, m.relation) == ("A", "compacted")
+
+
+def test_a_commonplace_message_alone_does_not_tie_a_request_to_a_conversation() -> None:
+    # A's last request ends with the user's "yes"; B, another conversation of the same
+    # agent seen for the first time, holds a "yes" too. Sharing the system prompt and
+    # that one message is no evidence that B is A compacted (before: it was, and A's
+    # required bindings were re-injected into B).
+    ix = index(hist("A", d("upload", "call", "result", "yes")))
+    b = d("list", "ask", "yes", "answer", "count")
+    common = {"d-yes", "d-ask", "d-count"}.__contains__
+    assert match(ix, probe(b)).relation == "compacted"  # what the digests alone say
+    assert match(ix, probe(b, common=common)).relation == "new"
+    # a distinctive kept message (a tool result, an id) is still evidence ...
+    assert match(ix, probe(d("summary", "result", "yes"), common=common)).relation == "compacted"
+    # ... and so are two kept messages even of the commonplace kind when a prefix is shared
+    ix2 = index(hist("A", d("upload", "ask", "yes")))
+    assert match(ix2, probe(d("upload", "x", "ask", "yes"), common=common)).relation == "compacted"
+    # a named conversation needs no proving
+    m = relate(hist("A", d("upload", "call", "result", "yes")), probe(b, common=common))
+    assert (m.relation, m.suffix_len) == ("compacted", 1)
+
+
+def test_commonplace_is_a_short_text_without_digits_or_tool_parts() -> None:
+    msgs = [
+        make_message("user", (Part("text", "yes"),)),
+        make_message("user", (Part("text", "ok, go on with the next step please"),)),
+        make_message("user", (Part("text", "use revision 3f9a1c2b7d4e"),)),
+        make_message("user", (Part("text", "x" * 49),)),
+        make_message("tool", (Part("tool_result", "ok", tool_call_id="call_1"),)),
+        make_message("assistant", (Part("tool_call", "{}", tool_name="bash", tool_call_id="call_2"),)),
+    ]
+    common = commonplace(msgs)
+    assert [common(m.digest) for m in msgs] == [True, True, False, False, False, False]
+    assert common("not-in-the-request") is False
 
 
 def test_relate_for_explicit_ids() -> None:
