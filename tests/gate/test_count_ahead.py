@@ -18,6 +18,7 @@ from proxy.core.responses import reply_from_json
 from proxy.gate.tracker import Tracker
 from proxy.server.hooks import Exchange
 from proxy.state import MemoryStore
+from tests.support.counting import threads_counting
 
 ASKED = "q" * (MAX_EXACT_CHARS * 2)  # over the exact cap: an estimate wherever counted
 ANSWERED = "r" * (MAX_EXACT_CHARS * 2)
@@ -35,15 +36,7 @@ def _run(body: dict[str, Any], reply: bytes) -> tuple[set[str], Any]:
         tracker = Tracker(MemoryStore())
         await tracker.start()
         await tracker.warm(["gpt-4o"])
-        where: set[str] = set()
-        real = tracker.accounting._count_part
-
-        def counting(tok: Any, fn: Any, text: str, *args: Any) -> Any:  # a count actually made
-            if len(text) > LOOP_EXACT_CHARS:
-                where.add(threading.current_thread().name)
-            return real(tok, fn, text, *args)
-
-        tracker.accounting._count_part = counting  # type: ignore[method-assign]
+        where = threads_counting(tracker, lambda text: len(text) > LOOP_EXACT_CHARS)
         ex = Exchange("POST", "/v1/chat/completions", "", "openai", "chat", {}, "tenant", raw, body, False, "gpt-4o")
         obs = await tracker.observe(ex, defer_accounting=True)
         assert obs is not None
