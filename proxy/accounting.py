@@ -30,7 +30,9 @@ its length (:func:`estimate`), unless :meth:`TokenAccounting.precount` — run i
 worker thread, where tiktoken releases the GIL — already counted it exactly. Texts over
 :data:`MAX_EXACT_CHARS` are estimated the same way everywhere: counting even their first
 256 K characters exactly cost ~0.25 s of CPU per 10 MB single-run text, on the core the
-event loop needs (``bench.stall``), for an estimate all the same. A message whose count
+event loop needs (``bench.stall``), for an estimate all the same; ``precount`` makes
+that estimate too (tiktoken over a single run's windows is still milliseconds), so
+that the loop finds it made. A message whose count
 is an estimate is remembered as such (:meth:`TokenAccounting.is_estimated`),
 so the token timeline can say so. A message costs its text and tool-call
 names plus :data:`MESSAGE_OVERHEAD` tokens (OpenAI chat framing); a request adds the
