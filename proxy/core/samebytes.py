@@ -12,6 +12,7 @@ more: run in a thread, the comparison leaves the loop free. Pure (no I/O).
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 __all__ = ["NOGIL_BYTES", "agree"]
 
@@ -19,9 +20,13 @@ __all__ = ["NOGIL_BYTES", "agree"]
 #: cost is more than the comparison's).
 NOGIL_BYTES = 1 << 16
 
-_memcmp = ctypes.CDLL(None).memcmp
-_memcmp.restype = ctypes.c_int
-_memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+_memcmp: Any
+try:
+    _memcmp = ctypes.CDLL(None).memcmp
+    _memcmp.restype = ctypes.c_int
+    _memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+except (OSError, AttributeError, TypeError):  # no C library to call (not a POSIX system)
+    _memcmp = None
 _address = ctypes.pythonapi.PyBytes_AsString
 _address.restype = ctypes.c_void_p
 _address.argtypes = [ctypes.py_object]
@@ -32,6 +37,6 @@ def agree(a: bytes, b: bytes, start: int, end: int) -> bool:
     (``a.startswith(b[start:end], start)`` for ``end <= len(b)``), without copying."""
     if start < 0 or end > len(a) or end > len(b):
         return False
-    if end - start < NOGIL_BYTES or type(a) is not bytes or type(b) is not bytes:
+    if end - start < NOGIL_BYTES or _memcmp is None or type(a) is not bytes or type(b) is not bytes:
         return a.startswith(memoryview(b)[start:end], start)
     return bool(_memcmp(_address(a) + start, _address(b) + start, end - start) == 0)
