@@ -30,7 +30,9 @@ its length (:func:`estimate`), unless :meth:`TokenAccounting.precount` — run i
 worker thread, where tiktoken releases the GIL — already counted it exactly. Texts over
 :data:`MAX_EXACT_CHARS` are estimated the same way everywhere: counting even their first
 256 K characters exactly cost ~0.25 s of CPU per 10 MB single-run text, on the core the
-event loop needs (``bench.stall``), for an estimate all the same. A message whose count
+event loop needs (``bench.stall``), for an estimate all the same; ``precount`` makes
+that estimate too (tiktoken over a single run's windows is still milliseconds), so
+that the loop finds it made. A message whose count
 is an estimate is remembered as such (:meth:`TokenAccounting.is_estimated`),
 so the token timeline can say so. A message costs its text and tool-call
 names plus :data:`MESSAGE_OVERHEAD` tokens (OpenAI chat framing); a request adds the
@@ -216,7 +218,14 @@ def estimate(fn: Callable[[str], int], text: str) -> int:
 
 
 def _precountable(m: Message) -> bool:
-    """Whether ``m`` has a text the event loop only estimates and a thread counts exactly."""
+    """Whether ``m`` has a text the event loop does not tokenise whole: one a thread
+    counts exactly, or one estimated everywhere (the thread makes the estimate, a few ms
+    of tiktoken on a single run's windows, and the loop finds it made)."""
+    return any(len(p.text) > LOOP_EXACT_CHARS for p in m.parts)
+
+
+def _exactly_countable(m: Message) -> bool:
+    """Whether ``m`` has a text a thread counts exactly and the event loop estimates."""
     return any(LOOP_EXACT_CHARS < len(p.text) <= MAX_EXACT_CHARS for p in m.parts)
 
 
@@ -413,17 +422,25 @@ class TokenAccounting:
             self.count_message(model, m)
 
     def precount(self, model: str | None, msgs: tuple[Message, ...]) -> None:
-        """Count exactly the messages with a text too long for the event loop but not
-        over :data:`MAX_EXACT_CHARS` (a longer text is an estimate wherever it is
-        counted, the same one: nothing to precount). Blocking: run it in a worker
-        thread (tiktoken releases the GIL while it encodes)."""
+        """Count the messages with a text too long for the event loop: exactly up to
+        :data:`MAX_EXACT_CHARS` characters, a longer text's estimate (the same one
+        wherever it is made, here not on the loop). Blocking: run it in a worker thread
+        (tiktoken releases the GIL while it encodes)."""
         for m in msgs:
-            if _precountable(m):
+            if self._to_precount(model, m):
                 self.count_message(model, m, limit=MAX_EXACT_CHARS)
 
-    @staticmethod
-    def needs_precount(msgs: tuple[Message, ...]) -> bool:
-        return any(_precountable(m) for m in msgs)
+    def needs_precount(self, model: str | None, msgs: tuple[Message, ...]) -> bool:
+        """Whether :meth:`precount` has anything to count in ``msgs``."""
+        return any(self._to_precount(model, m) for m in msgs)
+
+    def _to_precount(self, model: str | None, m: Message) -> bool:
+        if not _precountable(m):
+            return False
+        key = (self.model_info(model).tokenizer, m.digest)
+        if key not in self._cache:
+            return True
+        return key in self._estimated and _exactly_countable(m)  # an estimate the thread makes exact
 
     def _count_part(self, tok: str, fn: Callable[[str], int], text: str, limit: int = LOOP_EXACT_CHARS) -> tuple[int, bool]:
         """(tokens, estimated) of one text."""

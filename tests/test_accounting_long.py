@@ -80,11 +80,25 @@ def test_long_texts_cost_bounded_tokenizing_on_the_loop_and_in_the_thread() -> N
     assert n == MESSAGE_OVERHEAD + estimate(exact, huge.text)
 
     # nothing to precount: it is an estimate wherever it is counted
-    assert not acc.needs_precount((huge,))
+    assert not acc.needs_precount("gpt-4o", (huge,))
     fn.chars = 0
     acc.precount("gpt-4o", (huge,))
     assert fn.chars == 0
     assert acc.count_message("gpt-4o", huge) == n and acc.is_estimated("gpt-4o", huge)
+
+
+def test_a_text_over_the_cap_is_estimated_in_the_thread_and_the_loop_tokenises_none_of_it() -> None:
+    acc = TokenAccounting()
+    fn = counting(acc)
+    huge = text_message("user", "a" * (4 * MAX_EXACT_CHARS))
+    assert acc.needs_precount("gpt-4o", (huge,))
+    acc.precount("gpt-4o", (huge,))  # the worker thread's part
+    assert 0 < fn.chars <= SAMPLE_CHARS
+    fn.chars = 0
+    n = acc.count_message("gpt-4o", huge)  # the loop's
+    assert fn.chars == 0
+    assert n == MESSAGE_OVERHEAD + estimate(exact, huge.text) and acc.is_estimated("gpt-4o", huge)
+    assert not acc.needs_precount("gpt-4o", (huge,))
 
 
 def test_a_text_between_the_caps_is_estimated_on_the_loop_then_counted_exactly_in_the_thread() -> None:
@@ -95,7 +109,7 @@ def test_a_text_between_the_caps_is_estimated_on_the_loop_then_counted_exactly_i
     msg = text_message("tool", text)
     acc.count_message("gpt-4o", msg)
     assert fn.chars <= SAMPLE_CHARS and acc.is_estimated("gpt-4o", msg)
-    assert acc.needs_precount((msg,))
+    assert acc.needs_precount("gpt-4o", (msg,))
     acc.precount("gpt-4o", (msg,))
     assert not acc.is_estimated("gpt-4o", msg)
     assert acc.count_message("gpt-4o", msg) == MESSAGE_OVERHEAD + exact(text)
@@ -108,7 +122,7 @@ def test_a_message_with_both_kinds_is_precounted_and_stays_flagged() -> None:
     mid = "x = compute(y) + 1\n" * (LOOP_EXACT_CHARS // 10)
     big = "b" * (MAX_EXACT_CHARS + 1)
     msg = make_message("user", (Part("text", mid), Part("text", big)))
-    assert acc.needs_precount((msg,))
+    assert acc.needs_precount("gpt-4o", (msg,))
     acc.precount("gpt-4o", (msg,))
     assert acc.is_estimated("gpt-4o", msg)  # the part over the cap is an estimate
     assert acc.count_message("gpt-4o", msg) == MESSAGE_OVERHEAD + exact(mid) + estimate(exact, big)

@@ -10,8 +10,9 @@ scope is compared with recent ones at those recorded offsets (string slice equal
 memcmp speed); the longest common prefix that ends on an element boundary is reused —
 the parsed top-level values before the array and the parsed elements — and only the new
 tail and the remaining top-level keys are decoded. Comparisons are made on the raw bytes
-(``bytes.startswith`` of a ``memoryview``: no copy) and only the tail is decoded from
-UTF-8, so a request costs O(new bytes) Python work plus one memcmp of the shared prefix.
+(``memcmp``, no copy; a long span without the GIL, :mod:`proxy.core.samebytes`) and only
+the tail is decoded from UTF-8, so a request costs O(new bytes) Python work plus one
+memcmp of the shared prefix.
 
 Contract: :meth:`BodyCache.loads` is exactly ``json.loads(raw)`` — the same value (equal,
 same key order) or the same exception. Reuse is sound because JSON parsing is a left to
@@ -46,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from proxy.core.samebytes import agree
+
 __all__ = ["ARRAY_KEYS", "BodyCache", "ParseStats", "Plan", "decode_part", "walk"]
 
 #: Top-level keys whose array value is parsed element by element (the message history).
@@ -69,7 +72,6 @@ class _Entry:
 
     scope: str
     raw: bytes
-    view: memoryview  # of ``raw``: prefixes to compare without copying
     head: tuple[tuple[str, Any], ...]  # top-level pairs before the array, in order
     key: str  # the array's key
     open: int  # byte offset just after the array's "["
@@ -219,7 +221,7 @@ def _walk_parts(raw: bytes) -> tuple[dict[str, Any], _Walked | None]:
 
 def _entry(scope: str, raw: bytes, walked: _Walked) -> _Entry:
     head, key, open_, ends, items = walked
-    return _Entry(scope, raw, memoryview(raw), head, key, open_, array("q", ends), tuple(items))
+    return _Entry(scope, raw, head, key, open_, array("q", ends), tuple(items))
 
 
 def walk(raw: bytes, scope: str = "") -> tuple[dict[str, Any], _Entry | None]:
@@ -253,7 +255,7 @@ def _resumed(raw: bytes, base: _Entry, k: int, tail: _Tail) -> tuple[dict[str, A
     pairs.extend(rest)
     ends = base.ends[:k]
     ends.extend(new_ends)
-    return dict(pairs), _Entry(base.scope, raw, memoryview(raw), base.head, base.key, base.open, ends, tuple(items))
+    return dict(pairs), _Entry(base.scope, raw, base.head, base.key, base.open, ends, tuple(items))
 
 
 def _resume(raw: bytes, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
@@ -266,13 +268,13 @@ def _resume(raw: bytes, base: _Entry, k: int) -> tuple[dict[str, Any], _Entry]:
 def _reusable(raw: bytes, e: _Entry) -> int:
     """The largest ``k`` such that ``raw`` and ``e.raw`` agree up to ``e.bound(k)``;
     ``-1`` if they differ before the array starts."""
-    if not raw.startswith(e.view[: e.open]):
+    if not agree(raw, e.raw, 0, e.open):
         return -1
     lo, hi = 0, len(e.ends) + 1  # agree up to bound(lo); disagree up to bound(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         a, b = e.bound(lo), e.bound(mid)
-        if raw.startswith(e.view[a:b], a):
+        if agree(raw, e.raw, a, b):
             lo = mid
         else:
             hi = mid
@@ -282,7 +284,7 @@ def _reusable(raw: bytes, e: _Entry) -> int:
 def _extends(raw: bytes, e: _Entry) -> bool:
     """Does ``raw`` agree with ``e.raw`` up to the end of its last element?"""
     b = e.bound(len(e.ends))
-    return len(raw) > b and raw.startswith(e.view[:b])
+    return len(raw) > b and agree(raw, e.raw, 0, b)
 
 
 @dataclass(slots=True, eq=False)
@@ -459,7 +461,7 @@ class BodyCache:
         for e in reversed(entries):  # edited or forked history: the longest shared prefix
             if tried >= 2:
                 break
-            if not raw.startswith(e.view[: e.bound(1)]):
+            if not agree(raw, e.raw, 0, e.bound(1)):
                 continue
             tried += 1
             k = _reusable(raw, e)

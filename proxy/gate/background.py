@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy.state.offload import lower_priority
 
-__all__ = ["BACKGROUND_EXIT_WAIT", "background_busy", "in_daemon_thread"]
+__all__ = ["BACKGROUND_EXIT_WAIT", "background_busy", "in_daemon_thread", "in_loop"]
 
 
 #: Background loads still running (see :func:`_finish_background`).
@@ -47,6 +47,15 @@ def background_busy() -> bool:
     wants to exit at once (``serve`` after its shutdown) leaves with ``os._exit`` rather
     than wait for it in :func:`_finish_background`."""
     return any(t.is_alive() for t in list(_BACKGROUND))
+
+
+def in_loop() -> bool:
+    """Whether an event loop runs here (work made off it can be awaited, or waited for)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def in_daemon_thread(fn: Callable[..., Any], *args: Any, nice: int = 0) -> asyncio.Future[Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.core.messages import Message, Snapshot
 from proxy.core.responses import Reply
-from proxy.gate.background import in_daemon_thread
+from proxy.gate.background import in_daemon_thread, in_loop
 from proxy.gate.budget import record_bytes
 from proxy.gate.ledger import PendingCount, count_request
 from proxy.gate.observation import Observation
@@ -72,10 +72,18 @@ class Bookkeeping(TrackerParts):
 
         fut.add_done_callback(ready)
 
-    def _count_first_sight(self, cid: str, model: str | None, msgs: tuple[Message, ...]) -> None:
-        """Count a first-seen history's messages in a worker thread (tiktoken releases
-        the GIL); the conversation's reply is recorded once it is done (:meth:`later`)."""
-        fut = in_daemon_thread(self.accounting.count_messages, model, msgs, nice=BACKGROUND_NICE)
+    def _count_ahead(self, cid: str, model: str | None, msgs: tuple[Message, ...], first_sight: bool) -> None:
+        """Count in a worker thread (tiktoken releases the GIL) the long texts of
+        ``msgs`` (:meth:`~proxy.accounting.TokenAccounting.precount`) and, for a
+        first-seen history (``first_sight``), all of its messages; the conversation's
+        reply is recorded once it is done (:meth:`later`) and finds the counts made."""
+
+        def count() -> None:
+            self.accounting.precount(model, msgs)
+            if first_sight:
+                self.accounting.count_messages(model, msgs)
+
+        fut = in_daemon_thread(count, nice=BACKGROUND_NICE)
         self._counting[cid] = fut
 
         def done(f: asyncio.Future[Any]) -> None:
@@ -86,15 +94,30 @@ class Bookkeeping(TrackerParts):
 
     def _drain(self, tenant: str | None = None) -> None:
         """Run every waiting bookkeeping now (also what waits for a counting thread: the
-        loop counts what the thread has not counted yet) — for a request of ``tenant``,
-        what waits for another tenant's conversation goes on waiting."""
-        if self._waiting:
-            waiting = self._waiting
-            self._waiting = {fn: t for fn, t in waiting.items() if tenant is not None and t is not None and t != tenant}
-            for fn in waiting:
-                if fn not in self._waiting:
-                    self._later.push(fn)
-        self._later.drain()
+        loop counts what the thread has not counted yet, and what such bookkeeping leaves
+        waiting in turn) — for a request of ``tenant``, what waits for another tenant's
+        conversation goes on waiting."""
+        while True:
+            run = [fn for fn, t in self._waiting.items() if tenant is None or t is None or t == tenant]
+            for fn in run:
+                del self._waiting[fn]
+                self._later.push(fn)
+            self._later.drain()
+            if not any(tenant is None or t is None or t == tenant for t in self._waiting.values()):
+                return
+
+    def record_counted(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
+        """:meth:`record_reply`, once a worker thread has counted the reply's long texts
+        (:meth:`~proxy.accounting.TokenAccounting.precount`: tiktoken on a long text's
+        estimate windows is milliseconds of the event loop) — at once when there are
+        none, outside an event loop, or in a drain that comes first (which counts them
+        on the loop)."""
+        msgs = reply.messages if reply is not None else ()
+        if not msgs or not self.accounting.needs_precount(obs.model, msgs) or not in_loop():
+            self.record_reply(obs, reply, status)
+            return
+        fut = in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
+        self.later(lambda: self.record_reply(obs, reply, status), obs.conversation_id, fut)
 
     def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None:
         """Record the assistant's reply to ``obs`` (``None``: no reply, e.g. an upstream
@@ -126,7 +149,7 @@ class Bookkeeping(TrackerParts):
                 entry.reply_messages = len(msgs)
                 entry.reply_tokens = sum(self.accounting.count_message(obs.model, x) for x in msgs) if msgs else 0
                 entry.reply_estimated = self.accounting.any_estimated(obs.model, msgs)
-                if entry.reply_estimated:
+                if entry.reply_estimated and self.accounting.needs_precount(obs.model, msgs):
                     in_daemon_thread(self.accounting.precount, obs.model, msgs, nice=BACKGROUND_NICE)
                 if obs.relation == "side_request":
                     entry.reply_digests = [x.digest for x in msgs]

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from proxy.core import bodyrefs
 from proxy.core.responses import Reply, StreamAssembler, reply_from_json
-from proxy.gate.background import in_daemon_thread
+from proxy.gate.background import in_daemon_thread, in_loop
 from proxy.gate.observation import Observation
 from proxy.server import filled
 from proxy.server.sse import SSESplitter
@@ -39,7 +39,7 @@ class ReplySink(Protocol):
         self, fn: Callable[[], None], conversation_id: str | None = None, after: asyncio.Future[Any] | None = None
     ) -> None: ...
 
-    def record_reply(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None: ...
+    def record_counted(self, obs: Observation, reply: Reply | None, status: str = "ok") -> None: ...
 
     async def acknowledge(self, obs: Observation) -> None: ...
 
@@ -106,7 +106,7 @@ class TrackingTap:
             except Exception:  # a stream that cannot be reassembled: recorded as such
                 log.exception("tracker: could not reassemble the reply")
                 got, got_status = None, "tap_error"
-            tracker.record_reply(obs, got, got_status)
+            tracker.record_counted(obs, got, got_status)
 
         try:
             tracker.later(record, obs.conversation_id, after)
@@ -283,19 +283,10 @@ def _prepared(
     return out
 
 
-def _in_loop() -> bool:
-    """Whether an event loop runs here: a reply made off it is recorded once done."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def _can_offload() -> bool:
     """Whether a long stream can be assembled in the worker: there is an event loop and
     a worker can run here."""
-    return _in_loop() and offload.can_offload()
+    return in_loop() and offload.can_offload()
 
 
 def _stream_elsewhere(api: str, raw: bytes) -> tuple[bytes, bytes]:
@@ -320,7 +311,7 @@ def _stream_elsewhere(api: str, raw: bytes) -> tuple[bytes, bytes]:
 
 def _in_thread(fn: Callable[[], None]) -> asyncio.Future[Any] | None:
     """``fn`` in a background thread (its future), or ``None`` outside an event loop."""
-    return in_daemon_thread(fn) if _in_loop() else None
+    return in_daemon_thread(fn) if in_loop() else None
 
 
 def _reply_elsewhere(api: str, body: bytes) -> bytes:
@@ -334,6 +325,6 @@ def _parse_elsewhere(api: str, body: bytes) -> Future[bytes] | None:
     worker's, done as soon as the worker is: a drain that comes after it uses it,
     :func:`proxy.core.bodyrefs.loads` with the same ``body``); ``None`` for a small
     one, outside an event loop, or when no worker can run."""
-    if len(body) < OFFLOAD_BYTES or not _in_loop():
+    if len(body) < OFFLOAD_BYTES or not in_loop():
         return None
     return offload.submit(_reply_elsewhere, api, body)

@@ -67,7 +67,6 @@ from proxy.gate.tracker_parts import TrackerConfig
 from proxy.gate.writes import DirectWrites, Replica, Writes
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
-from proxy.state.offload import BACKGROUND_NICE
 from proxy.state.protocol import StateUnavailable
 from proxy.state.records import COMPACTION_KINDS, ConversationRecord, GateEvent, TimelineEntry
 from proxy.state.store import Store
@@ -578,10 +577,12 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         """Count the request's tokens now, or leave them pending (``defer``; a long
         first-seen history starts counting in a worker thread)."""
         new_msgs = pending.new
-        if self.accounting.needs_precount(new_msgs):
-            # long texts are counted in a worker thread (tiktoken releases the GIL), not on
-            # the event loop; a settle that comes first estimates them (and says so)
-            in_daemon_thread(self.accounting.precount, pending.model, new_msgs, nice=BACKGROUND_NICE)
+        first_sight = defer and len(new_msgs) >= FIRST_SIGHT_MESSAGES
+        if first_sight or self.accounting.needs_precount(pending.model, new_msgs):
+            # long texts (and a long first-seen history) are counted in a worker thread
+            # (tiktoken releases the GIL), not on the event loop; the reply's record, which
+            # settles the count, waits for it; a settle that comes first counts on the loop
+            self._count_ahead(rec.id, pending.model, new_msgs, first_sight)
         if not defer:
             self._account(rec, pending)
             return
@@ -589,8 +590,6 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
         if self._replica is not None:  # committed with the request, counted later
             self._w.timeline(rec, pending.entry)
             self._w.conversation(rec)
-        if len(new_msgs) >= FIRST_SIGHT_MESSAGES:
-            self._count_first_sight(rec.id, pending.model, new_msgs)
 
     def tap(self, obs: Observation) -> TrackingTap:
         """The response tap that records the reply to ``obs``."""

@@ -14,10 +14,13 @@ messages from the same text objects, finds their digests made
 (:func:`proxy.core.messages.remember_digests`). The long strings of what it decoded come
 back as spans of the body the loop holds (:mod:`proxy.core.bodyrefs`), not pickled; an
 ASCII one is made from its span a slice at a time (:func:`proxy.server.filled.ascii_texts_later`).
+What to decode (:meth:`~proxy.core.jsonbody.BodyCache.plan`: comparing the body with the
+tenant's cached ones) is found in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from proxy.core import bodyrefs
@@ -36,16 +39,20 @@ async def loads(cache: BodyCache, raw: bytes, scope: str) -> Any:
     """``cache.loads(raw, scope)``; off the event loop when the decoding is large."""
     if len(raw) < OFFLOAD_BYTES:
         return cache.loads(raw, scope)
-    plan = cache.plan(raw, scope)
-    if plan.pending < OFFLOAD_BYTES:
-        return cache.loads(raw, scope)
-    key = plan.base.key if plan.base is not None else "messages"
+    # the plan compares the body with the scope's cached ones (megabytes alike up to
+    # their end, for a resent history): in a thread, where the long compares release
+    # the GIL (proxy.core.samebytes), not on the loop
+    plan = await asyncio.to_thread(cache.plan, raw, scope)
     data, b, mode = plan.part()
-    done = await _decoded(data, b, mode, key)
+    key = plan.base.key if plan.base is not None else "messages"
+    done = await _decoded(data, b, mode, key) if plan.pending >= OFFLOAD_BYTES else None
     if done is not None and done[0][0] == "bail":  # the tail is unusual: json.loads decides
         done = await _decoded(raw, 0, "loads", key)
-    if done is None:  # no worker: decode here
-        return cache.loads(raw, scope)
+    if done is None:  # a short tail, or no worker: decoded here (the plan not made again)
+        decoded = decode_part(data, b, mode)
+        if decoded[0] == "bail":
+            decoded = decode_part(raw, 0, "loads")
+        return cache.finish(plan, decoded)
     decoded, digested = done
     remember_digests(digested)
     return cache.finish(plan, decoded)

@@ -179,3 +179,21 @@ def test_marker_lookup_is_the_first_agent_with_a_match(pieces: list[str], where:
     text = " ".join(pieces)
     for field, lookup in (("summarize_request", _SHIPPED.summarize_request_agent), ("continuation", _SHIPPED.continuation_agent)):
         assert lookup(text, where) == _first_agent_by_scan(_SHIPPED.agents, field, text, where)
+
+
+_SPACES = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.one_of(st.sampled_from(_SPACES + "<>/aZ:.-"), st.characters()), max_size=60))
+def test_fold_collapses_whitespace_as_the_regex_did(text: str) -> None:
+    """``fold``'s whitespace collapse (``str.split``) is the regex's it replaced, for
+    every whitespace character (``\\x1c``-``\\x1f``, NEL, the Unicode spaces...)."""
+    import re
+
+    from proxy.core.markers import _TAG, _fold
+
+    expected = re.sub(r"\s+", " ", text).strip().lower()
+    if "<" in expected:
+        expected = _TAG.sub(r"\1", expected)
+    assert _fold(text) == expected

@@ -33,7 +33,7 @@ class _Sink:
     def later(self, fn: Callable[[], None], conversation_id: str | None = None, after: Any = None) -> None:
         fn()
 
-    def record_reply(self, obs: Any, reply: Reply | None, status: str = "ok") -> None:
+    def record_counted(self, obs: Any, reply: Reply | None, status: str = "ok") -> None:
         self.replies.append((reply, status))
 
     async def acknowledge(self, obs: Any) -> None:

@@ -24,6 +24,7 @@ from proxy.core.transition import classify, within_last_turn
 from proxy.policy.loader import load_policy
 from proxy.policy.obligations import PolicyObligations
 from tests.e2e.stack import GateStack
+from tests.support.counting import threads_counting
 from tests.support.fake_upstream import Call, Reply, ToolCall
 
 UPLOAD = "2~Zk4XbR7sQpLw9TnVd3HcYa"
@@ -234,16 +235,8 @@ def test_a_first_seen_long_history_is_counted_off_the_event_loop() -> None:
         tracker = Tracker(MemoryStore())
         await tracker.start()
         await tracker.warm(["gpt-4o"])
-        where: set[str] = set()
-        real = tracker.accounting._count_part
         texts = {p.text for m in from_body("chat", body).messages for p in m.parts if p.text}
-
-        def counting(tok: Any, fn: Any, text: str, *args: Any) -> Any:  # a count actually made
-            if text in texts:
-                where.add(threading.current_thread().name)
-            return real(tok, fn, text, *args)
-
-        tracker.accounting._count_part = counting  # type: ignore[method-assign]
+        where = threads_counting(tracker, texts.__contains__)
         ex = Exchange("POST", "/v1/chat/completions", "", "openai", "chat", {}, "tenant", raw, body, False, "gpt-4o")
         obs = await tracker.observe(ex, defer_accounting=True)
         assert obs is not None
