@@ -372,6 +372,24 @@ class SharedSQLiteStore(SharedStore):
         conn.execute("DELETE FROM digest_chunks WHERE conv = ? AND idx >= ?", (cid, first))
         conn.executemany("INSERT INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)", rows)
 
+    def _append_chunks(self, cid: str, hlen: int, append: tuple[str, ...]) -> None:
+        """Add ``append`` after the ``hlen`` digests stored: the last chunk, when it has
+        room, extended in place (not read, deleted and written again), then new chunks
+        (the same rows :meth:`_write_chunks` would leave)."""
+        conn = self._db()
+        first, held = divmod(hlen, DIGEST_CHUNK)
+        if held:
+            room = DIGEST_CHUNK - held
+            conn.execute(
+                "UPDATE digest_chunks SET body = body || ',' || ? WHERE conv = ? AND idx = ?",
+                (",".join(append[:room]), cid, first),
+            )
+            append, first = append[room:], first + 1
+        conn.executemany(
+            "INSERT INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)",
+            [(cid, first + i, ",".join(append[j : j + DIGEST_CHUNK])) for i, j in enumerate(range(0, len(append), DIGEST_CHUNK))],
+        )
+
     def _record(self, cid: str) -> tuple[ConversationRecord, tuple[Any, ...]] | None:
         conn = self._db()
         row = conn.execute("SELECT meta FROM conversations WHERE id = ?", (cid,)).fetchone()
@@ -492,26 +510,45 @@ class SharedSQLiteStore(SharedStore):
                 conn.execute("INSERT INTO namespaces(ns, ver) VALUES(?, 1)", (c.namespace,))
             before = ver - 1
             if c.keep < hlen or c.append:
-                first = c.keep // DIGEST_CHUNK
-                kept = self._digests(cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
-                self._write_chunks(cid, c.keep, kept, c.append)
+                if st is not None and c.keep == hlen:  # appended to a stored history
+                    self._append_chunks(cid, hlen, c.append)
+                else:
+                    first = c.keep // DIGEST_CHUNK
+                    kept = self._digests(cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
+                    self._write_chunks(cid, c.keep, kept, c.append)
                 entries = [e for e in splices.split(";") if e] + [f"{ver}:{c.keep}"]
                 while len(entries) > SPLICE_LOG:
                     floor = int(entries.pop(0).split(":")[0])
                 splices = "".join(e + ";" for e in entries)
             hlen = c.keep + len(c.append)
-            conn.execute(
-                "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
-                (cid, c.last_seen, meta),
-            )
+            # rows that exist are updated in place (a replace deletes and inserts the row
+            # and its index entries)
+            if (
+                st is None
+                or not conn.execute(
+                    "UPDATE conversations SET last_seen = ?, meta = ?, digests = '' WHERE id = ?", (c.last_seen, meta, cid)
+                ).rowcount
+            ):
+                conn.execute(
+                    "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
+                    (cid, c.last_seen, meta),
+                )
             evseq = self._parts(cid, rows, evseq)
             if c.stats is not None and c.stats.seq >= stats_seq:
                 stats_seq, stats = c.stats.seq, new_stats
-            conn.execute(
-                "INSERT OR REPLACE INTO conv_state(id, tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats)"
-                " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (cid, c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats),
-            )
+            state = (c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats, cid)
+            if st is not None:
+                conn.execute(
+                    "UPDATE conv_state SET tenant = ?, ns = ?, etag = ?, ver = ?, hlen = ?, splices = ?, floor = ?,"
+                    " evseq = ?, stats_seq = ?, stats = ? WHERE id = ?",
+                    state,
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO conv_state(tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats, id)"
+                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    state,
+                )
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):

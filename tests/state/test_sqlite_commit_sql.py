@@ -1,0 +1,92 @@
+"""What a shared SQLite commit executes (:mod:`proxy.state.sqlite_shared`): a commit
+appending to a stored history updates the rows it changes in place — the last digest
+chunk extended, the conversation's row and its shared state updated — and leaves the
+same rows the general path (read, delete and write again from the changed chunk) does."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core.messages import Part, make_message
+from proxy.state.protocol import Commit
+from proxy.state.records import ConversationRecord
+from proxy.state.sqlite import DIGEST_CHUNK
+from proxy.state.sqlite_shared import SharedSQLiteStore
+
+
+def _commit(cid: str, digests: tuple[str, ...], expect: str | None, keep: int, seq: int) -> Commit:
+    r = ConversationRecord(id=cid, tenant="t1", namespace="t1", created=1.0, last_seen=float(seq), digests=digests, seq=seq)
+    return Commit(cid, "t1", "t1", expect, "e" + secrets.token_hex(4), r.meta_dict(), r.last_seen, keep, digests[keep:], ())
+
+
+def _chunks(path: Path, cid: str) -> list[tuple[int, str]]:
+    with sqlite3.connect(str(path)) as conn:
+        return conn.execute("SELECT idx, body FROM digest_chunks WHERE conv = ? ORDER BY idx", (cid,)).fetchall()
+
+
+def _layout(digests: tuple[str, ...]) -> list[tuple[int, str]]:
+    """The chunks a history is stored in: :data:`DIGEST_CHUNK` digests a row, in order."""
+    return [(i, ",".join(digests[j : j + DIGEST_CHUNK])) for i, j in enumerate(range(0, len(digests), DIGEST_CHUNK))]
+
+
+async def test_an_appending_commit_updates_its_rows_in_place(tmp_path: Path) -> None:
+    store = SharedSQLiteStore(tmp_path / "s.sqlite3")
+    await store.open()
+    try:
+        m = [make_message("user", (Part("text", f"m{i}"),)) for i in range(DIGEST_CHUNK + 3)]
+        d = tuple(x.digest for x in m)
+        first = _commit("c1", d[:DIGEST_CHUNK - 1], None, 0, 1)
+        assert (await store.commit(first)).ok
+        ran: list[str] = []
+        assert store._conn is not None
+        store._conn.set_trace_callback(ran.append)  # the writer's connection (a small commit: on the loop)
+        nxt = _commit("c1", d[: DIGEST_CHUNK + 3], first.etag, DIGEST_CHUNK - 1, 2)  # fills the chunk, starts one
+        assert (await store.commit(nxt)).ok
+        store._conn.set_trace_callback(None)
+        sql = " | ".join(ran)
+        assert "UPDATE digest_chunks" in sql and "UPDATE conversations" in sql and "UPDATE conv_state" in sql
+        assert "SELECT body FROM digest_chunks" not in sql and "DELETE FROM digest_chunks" not in sql, sql
+        assert "INSERT OR REPLACE INTO conversations" not in sql and "INTO conv_state" not in sql, sql
+        assert _chunks(tmp_path / "s.sqlite3", "c1") == _layout(d)
+        [ch] = (await store.sync("t1", "t1", 0)).changed
+        assert (ch.record.etag, ch.record.seq, ch.keep, ch.tail) == (nxt.etag, 2, 0, d)
+    finally:
+        await store.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2 * DIGEST_CHUNK + 5)), min_size=1, max_size=6))
+def test_chunks_after_any_appends_and_splices_are_the_histories_layout(steps: list[tuple[int, int]]) -> None:
+    """Each step keeps ``min(keep, stored)`` digests and appends ``n`` new ones (a plain
+    append when it keeps them all): the rows are the history's layout, and a sync from
+    the start reads the history back."""
+
+    async def run(path: Path) -> None:
+        store = SharedSQLiteStore(path)
+        await store.open()
+        try:
+            made = iter(range(10_000))
+            hist = tuple(f"d{next(made)}" for _ in range(3))
+            c = _commit("c1", hist, None, 0, 1)
+            assert (await store.commit(c)).ok
+            for seq, (keep, n) in enumerate(steps, start=2):
+                keep = min(keep, len(hist))
+                hist = hist[:keep] + tuple(f"d{next(made)}" for _ in range(n))
+                nxt = _commit("c1", hist, c.etag, keep, seq)
+                assert (await store.commit(nxt)).ok
+                c = nxt
+                assert _chunks(path, "c1") == _layout(hist)
+            [ch] = (await store.sync("t1", "t1", 0)).changed
+            assert (ch.record.etag, ch.keep, ch.tail) == (c.etag, 0, hist)
+        finally:
+            await store.close()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(run(Path(tmp) / "s.sqlite3"))
