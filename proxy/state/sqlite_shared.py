@@ -163,6 +163,12 @@ def _small(c: Commit) -> bool:
     return size <= INLINE_BYTES
 
 
+def _data_version(conn: sqlite3.Connection) -> int:
+    """``PRAGMA data_version`` of ``conn``: changes whenever another connection (of any
+    process, this one's writer included) commits."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
 def _record_of(cid: str, meta: str, st: tuple[Any, ...]) -> ConversationRecord:
     """A record from its stored meta and ``conv_state`` row (etag, ver, hlen, splices,
     floor, evseq, stats)."""
@@ -221,6 +227,11 @@ class SharedSQLiteStore(SharedStore):
         self._busy: dict[ThreadPoolExecutor, int] = {}
         #: see :data:`STORED_DIGESTS` (the loop's thread only)
         self._stored: OrderedDict[str, None] = OrderedDict()
+        #: namespace -> (the cursor its last sync answered, the reader connection's
+        #: ``PRAGMA data_version`` in that sync's snapshot): while that version holds, no
+        #: connection committed anything since, and a sync from that cursor has nothing
+        #: to read (:meth:`_sync`; the reader thread or the loop, never both at once)
+        self._quiet: dict[str, tuple[int, int]] = {}
 
     # -- thread side
 
@@ -242,6 +253,7 @@ class SharedSQLiteStore(SharedStore):
     def _connect_reader(self) -> None:
         conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0)
         conn.execute("PRAGMA busy_timeout=10000")
+        self._quiet.clear()  # versions of another connection
         self._reader = conn
         self._local.conn = conn
 
@@ -420,15 +432,20 @@ class SharedSQLiteStore(SharedStore):
         """The changes of ``ns`` since ``cursor``; ``None`` when there are more than
         ``most`` (then nothing was read but the namespace's version)."""
         conn = self._db()
+        quiet = self._quiet.get(ns)
+        if not reload and quiet == (cursor, _data_version(conn)):
+            return Synced(cursor, ())  # nothing committed since the sync that answered ``cursor``
         conn.execute("BEGIN")
         try:
+            seen = _data_version(conn)  # the snapshot this transaction reads
             row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (ns,)).fetchone()
             ver = row[0] if row else 0
             if most is not None and ver - cursor > most:
                 return None
+            self._quiet[ns] = (ver, seen)
             found: list[tuple[ConversationRecord, tuple[Any, ...], bool]] = []
             after = cursor
-            while True:  # a page of changed conversations, their records in the same query
+            while ver > after:  # a page of changed conversations, their records in the same query
                 rows = conn.execute(
                     "SELECT s.id, s.etag, s.ver, s.hlen, s.splices, s.floor, s.evseq, s.stats, c.meta"
                     " FROM conv_state s JOIN conversations c ON c.id = s.id"

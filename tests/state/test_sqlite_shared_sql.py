@@ -1,7 +1,8 @@
-"""What a shared SQLite commit executes (:mod:`proxy.state.sqlite_shared`): a commit
+"""What a shared SQLite store executes (:mod:`proxy.state.sqlite_shared`): a commit
 appending to a stored history updates the rows it changes in place — the last digest
 chunk extended, the conversation's row and its shared state updated — and leaves the
-same rows the general path (read, delete and write again from the changed chunk) does."""
+same rows the general path (read, delete and write again from the changed chunk) does;
+a sync with nothing committed since the last one reads no table."""
 
 from __future__ import annotations
 
@@ -90,3 +91,40 @@ def test_chunks_after_any_appends_and_splices_are_the_histories_layout(steps: li
 
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(run(Path(tmp) / "s.sqlite3"))
+
+
+async def test_a_sync_with_nothing_committed_since_reads_nothing(tmp_path: Path) -> None:
+    """While no connection committed since the sync that answered a cursor (the reader's
+    ``PRAGMA data_version`` unchanged), a sync from that cursor reads no table; another
+    process's commit is read at the next sync; a commit in another namespace is a
+    version check, not a read of changed conversations."""
+    path = tmp_path / "s.sqlite3"
+    a, b = SharedSQLiteStore(path), SharedSQLiteStore(path)
+    await a.open()
+    await b.open()
+    try:
+        first = _commit("c1", ("d1",), None, 0, 1)
+        assert (await b.commit(first)).ok
+        s1 = await a.sync("t1", "t1", 0)
+        assert [ch.record.id for ch in s1.changed] == ["c1"]
+        ran: list[str] = []
+        assert a._reader is not None
+        a._reader.set_trace_callback(ran.append)
+        again = await a.sync("t1", "t1", s1.cursor)
+        assert (again.cursor, again.changed) == (s1.cursor, ())
+        assert ran == ["PRAGMA data_version"], ran
+        nxt = _commit("c1", ("d1", "d2"), first.etag, 1, 2)
+        assert (await b.commit(nxt)).ok  # another process
+        s2 = await a.sync("t1", "t1", s1.cursor)
+        assert [(ch.record.etag, ch.keep, ch.tail) for ch in s2.changed] == [(nxt.etag, 1, ("d2",))]
+        other = Commit("c9", "t1", "t1|x", None, "e9", first.meta, 1.0, 0, ("d9",), ())
+        assert (await a.commit(other)).ok  # this process's writer, another namespace
+        del ran[:]
+        s3 = await a.sync("t1", "t1", s2.cursor)
+        assert (s3.cursor, s3.changed) == (s2.cursor, ())
+        assert any("FROM namespaces" in q for q in ran) and not any("FROM conv_state" in q for q in ran), ran
+        a._reader.set_trace_callback(None)
+        assert [ch.record.id for ch in (await a.sync("t1", "t1", 0)).changed] == ["c1"]  # an older cursor reads
+    finally:
+        await a.close()
+        await b.close()
