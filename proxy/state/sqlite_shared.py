@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.core.messages import Message
+from proxy.state.chunks import append_chunks, read_digests, write_chunks
 from proxy.state.protocol import (
     Changed,
     Commit,
@@ -341,10 +342,10 @@ class SharedSQLiteStore(SharedStore):
             for cid, meta, digests in rows:
                 rec = ConversationRecord.from_row(meta, digests)
                 if digests:  # the pre-chunk format: move the digests into chunks
-                    self._write_chunks(cid, 0, (), rec.digests)
+                    write_chunks(conn, cid, 0, (), rec.digests)
                     conn.execute("UPDATE conversations SET digests = '' WHERE id = ?", (cid,))
                 else:
-                    rec.digests = self._digests(cid)
+                    rec.digests = read_digests(conn, cid)
                 conn.execute(
                     "INSERT OR IGNORE INTO conv_state(id, tenant, ns, etag, ver, hlen, evseq) VALUES(?, ?, ?, ?, 0, ?, ?)",
                     (cid, rec.tenant, rec.namespace, "adopted-" + secrets.token_hex(8), len(rec.digests), rec.event_seq),
@@ -360,47 +361,6 @@ class SharedSQLiteStore(SharedStore):
         if conn is None or self._conn is None:
             raise StateUnavailable(f"{self.describe}: not open", "unreachable")
         return conn
-
-    def _digests(self, cid: str, first_chunk: int = 0) -> tuple[str, ...]:
-        bodies = [
-            b
-            for (b,) in self._db().execute(
-                "SELECT body FROM digest_chunks WHERE conv = ? AND idx >= ? ORDER BY idx", (cid, first_chunk)
-            )
-            if b
-        ]
-        return tuple(",".join(bodies).split(",")) if bodies else ()
-
-    def _write_chunks(self, cid: str, keep: int, kept_tail: tuple[str, ...], append: tuple[str, ...]) -> None:
-        """Rewrite the chunks from the one holding digest ``keep`` on: ``kept_tail`` is
-        what that chunk keeps before ``keep``, then ``append``."""
-        conn = self._db()
-        first = keep // DIGEST_CHUNK
-        rest = kept_tail + append
-        rows = [
-            (cid, first + i, ",".join(rest[i * DIGEST_CHUNK : (i + 1) * DIGEST_CHUNK]))
-            for i in range((len(rest) + DIGEST_CHUNK - 1) // DIGEST_CHUNK)
-        ]
-        conn.execute("DELETE FROM digest_chunks WHERE conv = ? AND idx >= ?", (cid, first))
-        conn.executemany("INSERT INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)", rows)
-
-    def _append_chunks(self, cid: str, hlen: int, append: tuple[str, ...]) -> None:
-        """Add ``append`` after the ``hlen`` digests stored: the last chunk, when it has
-        room, extended in place (not read, deleted and written again), then new chunks
-        (the same rows :meth:`_write_chunks` would leave)."""
-        conn = self._db()
-        first, held = divmod(hlen, DIGEST_CHUNK)
-        if held:
-            room = DIGEST_CHUNK - held
-            conn.execute(
-                "UPDATE digest_chunks SET body = body || ',' || ? WHERE conv = ? AND idx = ?",
-                (",".join(append[:room]), cid, first),
-            )
-            append, first = append[room:], first + 1
-        conn.executemany(
-            "INSERT INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)",
-            [(cid, first + i, ",".join(append[j : j + DIGEST_CHUNK])) for i, j in enumerate(range(0, len(append), DIGEST_CHUNK))],
-        )
 
     def _record(self, cid: str) -> tuple[ConversationRecord, tuple[Any, ...]] | None:
         conn = self._db()
@@ -477,7 +437,7 @@ class SharedSQLiteStore(SharedStore):
         for rec, st, full in found:
             _, cver, hlen, splices, floor, _, _ = st
             keep = _keep_since(splices, floor, hlen, cursor, full)
-            tail = self._digests(rec.id, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
+            tail = read_digests(self._db(), rec.id, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
             tails.append((rec, keep, tail, cver))
             if tail and len(tail) <= bodies:
                 wanted.extend(tail)
@@ -528,11 +488,11 @@ class SharedSQLiteStore(SharedStore):
             before = ver - 1
             if c.keep < hlen or c.append:
                 if st is not None and c.keep == hlen:  # appended to a stored history
-                    self._append_chunks(cid, hlen, c.append)
+                    append_chunks(conn, cid, hlen, c.append)
                 else:
                     first = c.keep // DIGEST_CHUNK
-                    kept = self._digests(cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
-                    self._write_chunks(cid, c.keep, kept, c.append)
+                    kept = read_digests(conn, cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
+                    write_chunks(conn, cid, c.keep, kept, c.append)
                 entries = [e for e in splices.split(";") if e] + [f"{ver}:{c.keep}"]
                 while len(entries) > SPLICE_LOG:
                     floor = int(entries.pop(0).split(":")[0])
@@ -640,7 +600,7 @@ class SharedSQLiteStore(SharedStore):
         if got is None:
             return None
         rec, _ = got
-        rec.digests = self._digests(cid)
+        rec.digests = read_digests(self._db(), cid)
         conn = self._db()
         rows = conn.execute(
             "SELECT body FROM timeline WHERE conv = ? ORDER BY seq DESC LIMIT ?", (cid, max_timeline)
