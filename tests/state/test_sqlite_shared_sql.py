@@ -12,7 +12,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.messages import Part, make_message
@@ -62,7 +62,8 @@ async def test_an_appending_commit_updates_its_rows_in_place(tmp_path: Path) -> 
         await store.close()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
+@example([(300, DIGEST_CHUNK - 3), (300, DIGEST_CHUNK), (300, 1), (5, 0)])  # full chunks, then one more
 @given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2 * DIGEST_CHUNK + 5)), min_size=1, max_size=6))
 def test_chunks_after_any_appends_and_splices_are_the_histories_layout(steps: list[tuple[int, int]]) -> None:
     """Each step keeps ``min(keep, stored)`` digests and appends ``n`` new ones (a plain
