@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.core.messages import Message
+from proxy.state.chunks import append_chunks, read_digests, write_chunks
 from proxy.state.protocol import (
     Changed,
     Commit,
@@ -163,6 +164,12 @@ def _small(c: Commit) -> bool:
     return size <= INLINE_BYTES
 
 
+def _data_version(conn: sqlite3.Connection) -> int:
+    """``PRAGMA data_version`` of ``conn``: changes whenever another connection (of any
+    process, this one's writer included) commits."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
 def _record_of(cid: str, meta: str, st: tuple[Any, ...]) -> ConversationRecord:
     """A record from its stored meta and ``conv_state`` row (etag, ver, hlen, splices,
     floor, evseq, stats)."""
@@ -221,6 +228,11 @@ class SharedSQLiteStore(SharedStore):
         self._busy: dict[ThreadPoolExecutor, int] = {}
         #: see :data:`STORED_DIGESTS` (the loop's thread only)
         self._stored: OrderedDict[str, None] = OrderedDict()
+        #: namespace -> (the cursor its last sync answered, the reader connection's
+        #: ``PRAGMA data_version`` in that sync's snapshot): while that version holds, no
+        #: connection committed anything since, and a sync from that cursor has nothing
+        #: to read (:meth:`_sync`; the reader thread or the loop, never both at once)
+        self._quiet: dict[str, tuple[int, int]] = {}
 
     # -- thread side
 
@@ -242,6 +254,7 @@ class SharedSQLiteStore(SharedStore):
     def _connect_reader(self) -> None:
         conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0)
         conn.execute("PRAGMA busy_timeout=10000")
+        self._quiet.clear()  # versions of another connection
         self._reader = conn
         self._local.conn = conn
 
@@ -329,10 +342,10 @@ class SharedSQLiteStore(SharedStore):
             for cid, meta, digests in rows:
                 rec = ConversationRecord.from_row(meta, digests)
                 if digests:  # the pre-chunk format: move the digests into chunks
-                    self._write_chunks(cid, 0, (), rec.digests)
+                    write_chunks(conn, cid, 0, (), rec.digests)
                     conn.execute("UPDATE conversations SET digests = '' WHERE id = ?", (cid,))
                 else:
-                    rec.digests = self._digests(cid)
+                    rec.digests = read_digests(conn, cid)
                 conn.execute(
                     "INSERT OR IGNORE INTO conv_state(id, tenant, ns, etag, ver, hlen, evseq) VALUES(?, ?, ?, ?, 0, ?, ?)",
                     (cid, rec.tenant, rec.namespace, "adopted-" + secrets.token_hex(8), len(rec.digests), rec.event_seq),
@@ -348,29 +361,6 @@ class SharedSQLiteStore(SharedStore):
         if conn is None or self._conn is None:
             raise StateUnavailable(f"{self.describe}: not open", "unreachable")
         return conn
-
-    def _digests(self, cid: str, first_chunk: int = 0) -> tuple[str, ...]:
-        bodies = [
-            b
-            for (b,) in self._db().execute(
-                "SELECT body FROM digest_chunks WHERE conv = ? AND idx >= ? ORDER BY idx", (cid, first_chunk)
-            )
-            if b
-        ]
-        return tuple(",".join(bodies).split(",")) if bodies else ()
-
-    def _write_chunks(self, cid: str, keep: int, kept_tail: tuple[str, ...], append: tuple[str, ...]) -> None:
-        """Rewrite the chunks from the one holding digest ``keep`` on: ``kept_tail`` is
-        what that chunk keeps before ``keep``, then ``append``."""
-        conn = self._db()
-        first = keep // DIGEST_CHUNK
-        rest = kept_tail + append
-        rows = [
-            (cid, first + i, ",".join(rest[i * DIGEST_CHUNK : (i + 1) * DIGEST_CHUNK]))
-            for i in range((len(rest) + DIGEST_CHUNK - 1) // DIGEST_CHUNK)
-        ]
-        conn.execute("DELETE FROM digest_chunks WHERE conv = ? AND idx >= ?", (cid, first))
-        conn.executemany("INSERT INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)", rows)
 
     def _record(self, cid: str) -> tuple[ConversationRecord, tuple[Any, ...]] | None:
         conn = self._db()
@@ -402,15 +392,20 @@ class SharedSQLiteStore(SharedStore):
         """The changes of ``ns`` since ``cursor``; ``None`` when there are more than
         ``most`` (then nothing was read but the namespace's version)."""
         conn = self._db()
+        quiet = self._quiet.get(ns)
+        if not reload and quiet == (cursor, _data_version(conn)):
+            return Synced(cursor, ())  # nothing committed since the sync that answered ``cursor``
         conn.execute("BEGIN")
         try:
+            seen = _data_version(conn)  # the snapshot this transaction reads
             row = conn.execute("SELECT ver FROM namespaces WHERE ns = ?", (ns,)).fetchone()
             ver = row[0] if row else 0
             if most is not None and ver - cursor > most:
                 return None
+            self._quiet[ns] = (ver, seen)
             found: list[tuple[ConversationRecord, tuple[Any, ...], bool]] = []
             after = cursor
-            while True:  # a page of changed conversations, their records in the same query
+            while ver > after:  # a page of changed conversations, their records in the same query
                 rows = conn.execute(
                     "SELECT s.id, s.etag, s.ver, s.hlen, s.splices, s.floor, s.evseq, s.stats, c.meta"
                     " FROM conv_state s JOIN conversations c ON c.id = s.id"
@@ -442,7 +437,7 @@ class SharedSQLiteStore(SharedStore):
         for rec, st, full in found:
             _, cver, hlen, splices, floor, _, _ = st
             keep = _keep_since(splices, floor, hlen, cursor, full)
-            tail = self._digests(rec.id, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
+            tail = read_digests(self._db(), rec.id, keep // DIGEST_CHUNK)[keep % DIGEST_CHUNK :] if keep < hlen else ()
             tails.append((rec, keep, tail, cver))
             if tail and len(tail) <= bodies:
                 wanted.extend(tail)
@@ -492,26 +487,45 @@ class SharedSQLiteStore(SharedStore):
                 conn.execute("INSERT INTO namespaces(ns, ver) VALUES(?, 1)", (c.namespace,))
             before = ver - 1
             if c.keep < hlen or c.append:
-                first = c.keep // DIGEST_CHUNK
-                kept = self._digests(cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
-                self._write_chunks(cid, c.keep, kept, c.append)
+                if st is not None and c.keep == hlen:  # appended to a stored history
+                    append_chunks(conn, cid, hlen, c.append)
+                else:
+                    first = c.keep // DIGEST_CHUNK
+                    kept = read_digests(conn, cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
+                    write_chunks(conn, cid, c.keep, kept, c.append)
                 entries = [e for e in splices.split(";") if e] + [f"{ver}:{c.keep}"]
                 while len(entries) > SPLICE_LOG:
                     floor = int(entries.pop(0).split(":")[0])
                 splices = "".join(e + ";" for e in entries)
             hlen = c.keep + len(c.append)
-            conn.execute(
-                "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
-                (cid, c.last_seen, meta),
-            )
+            # rows that exist are updated in place (a replace deletes and inserts the row
+            # and its index entries)
+            if (
+                st is None
+                or not conn.execute(
+                    "UPDATE conversations SET last_seen = ?, meta = ?, digests = '' WHERE id = ?", (c.last_seen, meta, cid)
+                ).rowcount
+            ):
+                conn.execute(
+                    "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
+                    (cid, c.last_seen, meta),
+                )
             evseq = self._parts(cid, rows, evseq)
             if c.stats is not None and c.stats.seq >= stats_seq:
                 stats_seq, stats = c.stats.seq, new_stats
-            conn.execute(
-                "INSERT OR REPLACE INTO conv_state(id, tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats)"
-                " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (cid, c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats),
-            )
+            state = (c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats, cid)
+            if st is not None:
+                conn.execute(
+                    "UPDATE conv_state SET tenant = ?, ns = ?, etag = ?, ver = ?, hlen = ?, splices = ?, floor = ?,"
+                    " evseq = ?, stats_seq = ?, stats = ? WHERE id = ?",
+                    state,
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO conv_state(tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats, id)"
+                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    state,
+                )
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -586,7 +600,7 @@ class SharedSQLiteStore(SharedStore):
         if got is None:
             return None
         rec, _ = got
-        rec.digests = self._digests(cid)
+        rec.digests = read_digests(self._db(), cid)
         conn = self._db()
         rows = conn.execute(
             "SELECT body FROM timeline WHERE conv = ? ORDER BY seq DESC LIMIT ?", (cid, max_timeline)
