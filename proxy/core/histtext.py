@@ -21,9 +21,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar, cast
 
-from .messages import Message, Snapshot, tools_text
+from .messages import TEXTUAL_KINDS, Message, Snapshot, tools_text
 
-__all__ = ["content_heads", "content_keys", "joined_text", "visible_text"]
+__all__ = ["content_heads", "content_keys", "joined_text", "long_messages", "visible_text"]
 
 #: How many trailing messages a request may add to a remembered one and still extend it.
 REACH = 8
@@ -119,6 +119,23 @@ def content_heads(
     """:func:`content_keys` for a second function of a message's content (``head``, the
     same function on every call), remembered apart from the first's."""
     return _key_set(_HEADS, digests, msgs, head)
+
+
+_LONG: dict[int, _Prefixed] = {}
+
+
+def long_messages(digests: tuple[str, ...], msgs: Sequence[Message], min_chars: int) -> frozenset[str]:
+    """The digests of the messages of ``msgs`` (whose digests are ``digests``) with a
+    textual part of ``min_chars`` characters or more (usually none: a request's next
+    one is answered from its new messages)."""
+
+    def build(ms: Sequence[Message]) -> frozenset[str]:
+        return frozenset(
+            m.digest for m in ms if any(p.kind in TEXTUAL_KINDS and len(p.text) >= min_chars for p in m.parts)
+        )
+
+    cache = _LONG.get(min_chars) or _LONG.setdefault(min_chars, _Prefixed())
+    return cache.get(digests, msgs, build, lambda s, ms: s | build(ms), lambda s: True)
 
 
 def visible_text(snapshot: Snapshot) -> str:

@@ -21,6 +21,7 @@ identifiers (only then may the full analysis run).
 
 from __future__ import annotations
 
+from proxy.core.histtext import long_messages
 from proxy.core.identifiers.catalog import Catalog
 from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
 from proxy.core.identifiers.longscan import long_scans
@@ -48,6 +49,8 @@ async def prescan(
     lost = [i for i in transition.lost_region if i >= 0]
     if not lost or transition.kind == "reset":
         return 0
+    if not any(long_messages(s.digests, s.messages, LONG_TEXT) for s in (previous, current)):
+        return 0  # no long text in either history (told by their last requests' and new messages)
     done = await _scan(long_scans(previous, catalog, cache=cache, min_chars=LONG_TEXT, only=lost), catalog, cache)
     if done is None:
         return 0

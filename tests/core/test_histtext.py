@@ -1,4 +1,4 @@
-"""A history's joined text and content keys, extended from a remembered prefix, equal
+"""A history's joined text, content keys and long messages, extended from a remembered prefix, equal
 building them from scratch (:mod:`proxy.core.histtext`), whatever the requests do."""
 
 from __future__ import annotations
@@ -39,3 +39,6 @@ def test_extended_facts_equal_facts_built_from_scratch(head: list, steps: list, 
             m.text for m in snap.messages if m.text)
         assert histtext.content_keys(snap.digests, snap.messages, _key) == frozenset(
             _key(m) for m in snap.messages)
+        for least in (1, 10):
+            assert histtext.long_messages(snap.digests, snap.messages, least) == frozenset(
+                m.digest for m in snap.messages if any(len(p.text) >= least for p in m.parts if p.text))
