@@ -108,12 +108,45 @@ def _extract(snapshot: Snapshot, catalog: object | None) -> list[Identifier]:
     return list(extract_snapshot(snapshot, catalog if isinstance(catalog, Catalog) else None))
 
 
+def _as_regenerable(ids: Sequence[Identifier]) -> list[Identifier]:
+    """``ids`` as provenance would judge them whatever the history (PRINCIPLES §3b)."""
+    return [i if i.regenerable else dataclasses.replace(i, regenerable=True, why="3b") for i in ids]
+
+
+def _unneeded(
+    ids: Sequence[Identifier], before: Snapshot, lost_idx: set[int], cat: Catalog, obligation_rule: ObligationRule
+) -> bool:
+    """Whether none of ``ids`` (values of the lost messages ``lost_idx``) can be required:
+    each is a value no history makes required (:func:`~.identifiers.provenance.never_required`:
+    a name or noise with no machine-made part), none of the lost messages is the gate's
+    own note (what it restates was judged required), and ``obligation_rule`` (the
+    policy's regenerability and obligation rules, the gate's protected values) keeps
+    none of them required either."""
+    if any(not never_required(i, cat.binding_of) for i in ids):
+        return False
+    if any(GATE_NOTE in before.messages[i].text for i in lost_idx if 0 <= i < len(before.messages)):
+        return False
+    return not required_norms(obligation_rule(_as_regenerable(ids), before)) & {i.norm for i in ids}
+
+
+def _judges_each(obligation_rule: ObligationRule, ids: Sequence[Identifier]) -> bool:
+    """Whether ``obligation_rule`` requires of every subset of ``ids`` what it requires of
+    each of its members by itself (:func:`~.signals.default_obligations` always; another
+    rule when its ``judges_each(ids)`` says so): one that requires none of ``ids`` then
+    requires none of any subset."""
+    if obligation_rule is default_obligations:
+        return True
+    judges = getattr(obligation_rule, "judges_each", None)
+    return callable(judges) and judges(ids) is True
+
+
 def _quick_gone(
     before: Snapshot,
     after: Snapshot,
     lost_idx: set[int],
     catalog: object | None,
     obligation_rule: ObligationRule,
+    lost: list[Identifier] | None = None,
 ) -> tuple[list[Identifier], VisibleText | None, int] | None:
     """The lost region judged from its own messages, when that settles the verdict
     ``safe``: its values that are not visible verbatim any more (none of them required),
@@ -121,12 +154,12 @@ def _quick_gone(
     distinct values stayed visible verbatim;
     ``None`` when the whole analysis is needed. It is settled when every value the lost
     region holds is still visible verbatim in ``after`` (nothing dropped or altered,
-    whatever provenance would say), or when each one that is not is a value no history
-    makes required (:func:`~.identifiers.provenance.never_required`: a name or noise with
-    no machine-made part) and ``obligation_rule`` keeps none of them required either. Only
-    the lost messages are scanned; the request's text is read only to look values up."""
+    whatever provenance would say), or when none of those that are not can be required
+    (:func:`_unneeded`). Only the lost messages are scanned (``lost``: their identifiers,
+    when the caller has them); the request's text is read only to look values up."""
     cat = catalog if isinstance(catalog, Catalog) else Catalog.load_default()
-    lost = extract_messages(before, lost_idx, cat)
+    if lost is None:
+        lost = extract_messages(before, lost_idx, cat)
     if not lost:
         return [], None, 0
     visible = VisibleText(visible_text(after))  # the request's, extended from the last one's
@@ -134,16 +167,9 @@ def _quick_gone(
     survived = len({i.norm for i in lost} - {i.norm for i in gone})
     if not gone:
         return [], visible, survived
-    if any(not never_required(i, cat.binding_of) for i in gone):
+    if not _unneeded(gone, before, lost_idx, cat, obligation_rule):
         return None
-    if any(GATE_NOTE in before.messages[i].text for i in lost_idx if 0 <= i < len(before.messages)):
-        return None  # the gate's own note: what it restates was judged required
-    # as provenance would judge them, whatever the history: regenerable; the rule (the
-    # policy's regenerability and obligation rules, the gate's protected values) decides
-    gone = [i if i.regenerable else dataclasses.replace(i, regenerable=True, why="3b") for i in gone]
-    if required_norms(obligation_rule(gone, before)) & {i.norm for i in gone}:
-        return None
-    return gone, visible, survived
+    return _as_regenerable(gone), visible, survived
 
 
 def _quick(
@@ -191,11 +217,20 @@ def settled_safe(
     transition ``safe`` from the lost region alone — what a caller needs that acts only on
     a destructive verdict — without diffing the lost values (which values went, and in
     what altered form, is the event's detail). ``False`` means the whole analysis is
-    needed, not that the verdict is destructive."""
+    needed, not that the verdict is destructive. When none of the lost values can be
+    required (:func:`_unneeded`) and the rule judges each value by itself
+    (:func:`_judges_each`), the answer is ``True`` without looking the values up in the
+    request: which of them went cannot change it."""
     lost_idx = _lost_indexes(transition)
     if not lost_idx:
         return True
-    return _quick_gone(before, after, lost_idx, catalog, obligation_rule) is not None
+    cat = catalog if isinstance(catalog, Catalog) else Catalog.load_default()
+    lost = extract_messages(before, lost_idx, cat)
+    if _judges_each(obligation_rule, lost) and _unneeded(lost, before, lost_idx, cat, obligation_rule):
+        # none of the lost values can be required, whichever of them went: which are
+        # still visible (a search of the whole request's text for each) cannot matter
+        return True
+    return _quick_gone(before, after, lost_idx, cat, obligation_rule, lost) is not None
 
 
 def analyze(

@@ -21,9 +21,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar, cast
 
-from .messages import Message, Snapshot, tools_text
+from .messages import TEXTUAL_KINDS, Message, Snapshot, tools_text
 
-__all__ = ["content_heads", "content_keys", "joined_text", "visible_text"]
+__all__ = ["content_heads", "content_keys", "joined_text", "long_messages", "visible_text"]
 
 #: How many trailing messages a request may add to a remembered one and still extend it.
 REACH = 8
@@ -36,10 +36,15 @@ T = TypeVar("T")
 
 
 class _Prefixed:
-    """Facts about message lists, by their digests, extended from a remembered prefix."""
+    """Facts about message lists, by their digests, extended from a remembered prefix.
+
+    Remembered by the list's length and last digest, with the whole digest tuple to
+    compare: a look-up hashes those two values and compares the tuples (mostly the same
+    string objects), where keying by the tuple hashed every digest of it for each length
+    tried. Only lists whose every message has a digest are remembered."""
 
     def __init__(self) -> None:
-        self._by: OrderedDict[tuple[str, ...], object] = OrderedDict()
+        self._by: OrderedDict[tuple[int, str], tuple[tuple[str, ...], object]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(
@@ -51,25 +56,29 @@ class _Prefixed:
         keep: Callable[[T], bool],
     ) -> T:
         n = len(digests)
-        if not n or not all(digests):  # a message without a digest: nothing to key by
+        if not n:
             return build(msgs)
         hit: object = None
         k = 0
         with self._lock:
             for k in range(min(REACH, n - 1) + 1):
-                hit = self._by.get(digests[: n - k])
-                if hit is not None:
+                got = self._by.get((n - k, digests[n - k - 1]))
+                if got is not None and got[0] == digests[: n - k]:
+                    hit = got[1]
                     break
+        # a message without a digest: nothing to key by (a remembered prefix has all of its)
+        keyed = all(digests[n - k :] if hit is not None else digests)
         if hit is None:
             value = build(msgs)
         elif k:
             value = extend(cast(T, hit), msgs[n - k :])
         else:
             value = cast(T, hit)
-        if keep(value):
+        if keyed and keep(value):
+            at = (n, digests[-1])
             with self._lock:
-                self._by[digests] = value
-                self._by.move_to_end(digests)
+                self._by[at] = (digests, value)
+                self._by.move_to_end(at)
                 while len(self._by) > MAX_HISTORIES:
                     self._by.popitem(last=False)
         return value
@@ -119,6 +128,23 @@ def content_heads(
     """:func:`content_keys` for a second function of a message's content (``head``, the
     same function on every call), remembered apart from the first's."""
     return _key_set(_HEADS, digests, msgs, head)
+
+
+_LONG: dict[int, _Prefixed] = {}
+
+
+def long_messages(digests: tuple[str, ...], msgs: Sequence[Message], min_chars: int) -> frozenset[str]:
+    """The digests of the messages of ``msgs`` (whose digests are ``digests``) with a
+    textual part of ``min_chars`` characters or more (usually none: a request's next
+    one is answered from its new messages)."""
+
+    def build(ms: Sequence[Message]) -> frozenset[str]:
+        return frozenset(
+            m.digest for m in ms if any(p.kind in TEXTUAL_KINDS and len(p.text) >= min_chars for p in m.parts)
+        )
+
+    cache = _LONG.get(min_chars) or _LONG.setdefault(min_chars, _Prefixed())
+    return cache.get(digests, msgs, build, lambda s, ms: s | build(ms), lambda s: True)
 
 
 def visible_text(snapshot: Snapshot) -> str:

@@ -67,7 +67,7 @@ from .convstate import ConversationStates
 from .events import EventLog
 from .observation import Observation
 from .outage import Outage
-from .prescan import prescan
+from .prescan import prescan_lost, prescan_rest
 from .recall import (
     H_RECALL,
     RecallPlan,
@@ -247,10 +247,13 @@ class GateInterceptor:
             side_history = None
             if obs.is_summarization_request and obs.previous is None:
                 side_history = await self._history_for_side_request(ex, obs)
-            transition = self._transition(obs)
-            if transition is not None and obs.previous is not None:  # its long texts scanned off the loop
-                await prescan(obs.previous, obs.current, transition, policy_catalog(self.policies.policy))
-            decision = self._decide(ex, obs, side_history, transition)
+            transition, previous = self._transition(obs), obs.previous
+            if transition is not None and previous is not None:  # its long texts scanned off the loop
+                await prescan_lost(previous, transition, policy_catalog(self.policies.policy))
+            quiet = self._is_quiet(ex, obs, transition)
+            if transition is not None and previous is not None and not quiet:  # the rest for the policy's steps
+                await prescan_rest(previous, obs.current, transition, policy_catalog(self.policies.policy))
+            decision = self._decide(ex, obs, side_history, transition, quiet)
         except StateUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - fail-open: never lose the request
@@ -332,12 +335,13 @@ class GateInterceptor:
         markers = self._markers_for(self.policies.policy.markers)
         return classify(obs.previous, obs.current, markers, lenient_last_reply=True)
 
-    def _quiet(self, ex: Exchange, obs: Observation, t: Transition | None) -> Decision | None:
-        """The decision for a request that continues a conversation the gate holds
-        nothing for (no sticky repair, lost or protected bindings, armed tripwire or
-        tripwire input, spilled region, Responses alias) when it is a plain append, or a
-        change of the last turn only (a reply the client replaced with its own message,
-        an edited or regenerated last turn) that lost nothing required; else ``None``.
+    def _is_quiet(self, ex: Exchange, obs: Observation, t: Transition | None) -> bool:
+        """Whether the decision is the quiet one (:meth:`_quiet`): for a request that
+        continues a conversation the gate holds nothing for (no sticky repair, lost or
+        protected bindings, armed tripwire or tripwire input, spilled region, Responses
+        alias) when it is a plain append, or a change of the last turn only (a reply the
+        client replaced with its own message, an edited or regenerated last turn) that
+        lost nothing required.
         ``t``: the transition (:meth:`_transition`).
         Each step of :meth:`_decide` would conclude the same for it — the analysis
         ``safe``, no compaction event (a safe change of the last turn is an ordinary
@@ -349,29 +353,35 @@ class GateInterceptor:
         values went, the detail only an event would carry, is not diffed."""
         previous = obs.previous
         if t is None or previous is None or obs.relation != "extend":
-            return None
+            return False
         if ex.kind == "responses" and len(self._aliases):
-            return None
+            return False
         st = self._states.get(obs.conversation_id)
         if not st.is_empty() or st.dropped_kinds or st.tripwire_request is not None:
-            return None
+            return False
         if t.kind != "append":
             if t.kind == "reset" or not within_last_turn(t, previous):
-                return None
+                return False
             policy = self.policies.policy
             rule = PolicyObligations(policy)
-            if not settled_safe(previous, obs.current, t, catalog=policy_catalog(policy), obligation_rule=rule):
-                return None
+            return settled_safe(previous, obs.current, t, catalog=policy_catalog(policy), obligation_rule=rule)
+        return True
+
+    def _quiet(self, obs: Observation, t: Transition) -> Decision:
+        """The quiet decision (:meth:`_is_quiet`): only the timeline's kind is set."""
         self.tracker.set_transition(obs.conversation_id, obs.seq, t.kind)
         self._states.save(obs.conversation_id)  # a no-op unless the stored state was stale
         return Decision()
 
     def _decide(
-        self, ex: Exchange, obs: Observation, side_history: Snapshot | None = None, transition: Transition | None = None
+        self, ex: Exchange, obs: Observation, side_history: Snapshot | None = None,
+        transition: Transition | None = None, quiet: bool | None = None,
     ) -> Decision:
-        quiet = self._quiet(ex, obs, transition)
-        if quiet is not None:
-            return quiet
+        """``quiet``: :meth:`_is_quiet` of the request, when the caller asked it."""
+        if quiet is None:
+            quiet = self._is_quiet(ex, obs, transition)
+        if quiet and transition is not None:
+            return self._quiet(obs, transition)
         req = self._request(ex, obs)
         st = self._states.get(req.cid)
         markers = self._markers_for(req.policy.markers)

@@ -16,11 +16,14 @@ Where no worker can run (or it fails), the analysis scans on the loop as before.
 
 What the transition keeps is not scanned: the quick path reads only the lost messages;
 the rest of both histories is scanned first only when the lost messages hold
-identifiers (only then may the full analysis run).
+identifiers (only then may the full analysis run) — and, by the gate, only when its
+quiet path did not settle the request (:func:`prescan_lost` before that path,
+:func:`prescan_rest` after it).
 """
 
 from __future__ import annotations
 
+from proxy.core.histtext import long_messages
 from proxy.core.identifiers.catalog import Catalog
 from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
 from proxy.core.identifiers.longscan import long_scans
@@ -28,7 +31,7 @@ from proxy.core.messages import Snapshot
 from proxy.core.transition import Transition
 from proxy.state import offload
 
-__all__ = ["LONG_TEXT", "prescan"]
+__all__ = ["LONG_TEXT", "prescan", "prescan_lost", "prescan_rest"]
 
 #: Texts from this many characters on are scanned in the worker (~3 ms of scanning
 #: on this machine's cores; a 10 MB text ~0.5 s).
@@ -44,15 +47,42 @@ async def prescan(
 ) -> int:
     """Scan in the worker the long texts that the analysis of ``transition`` (from
     ``previous`` to ``current``) would scan and ``cache`` lacks; how many results were
-    put in the cache (0 also when no worker could run them: the analysis then scans)."""
-    lost = [i for i in transition.lost_region if i >= 0]
-    if not lost or transition.kind == "reset":
+    put in the cache (0 also when no worker could run them: the analysis then scans).
+    :func:`prescan_lost`, then :func:`prescan_rest`."""
+    done = await prescan_lost(previous, transition, catalog, cache)
+    return 0 if done is None else done + await prescan_rest(previous, current, transition, catalog, cache)
+
+
+def _lost(transition: Transition) -> list[int]:
+    return [] if transition.kind == "reset" else [i for i in transition.lost_region if i >= 0]
+
+
+async def prescan_lost(
+    previous: Snapshot, transition: Transition, catalog: Catalog | None, cache: ScanCache = DEFAULT_CACHE
+) -> int | None:
+    """The long texts of the lost messages (all the quick path reads) scanned in the
+    worker; how many results were put in ``cache``, ``None`` when no worker could run
+    them. Only the lost messages are read."""
+    lost = _lost(transition)
+    if not lost:
         return 0
-    done = await _scan(long_scans(previous, catalog, cache=cache, min_chars=LONG_TEXT, only=lost), catalog, cache)
-    if done is None:
+    return await _scan(long_scans(previous, catalog, cache=cache, min_chars=LONG_TEXT, only=lost), catalog, cache)
+
+
+async def prescan_rest(
+    previous: Snapshot, current: Snapshot, transition: Transition, catalog: Catalog | None, cache: ScanCache = DEFAULT_CACHE
+) -> int:
+    """When the lost messages hold values (only then may the whole analysis run), the
+    long texts of every message of both histories scanned in the worker (after
+    :func:`prescan_lost`); how many results were put in ``cache``."""
+    lost = _lost(transition)
+    if not lost:
         return 0
+    if not any(long_messages(s.digests, s.messages, LONG_TEXT) for s in (previous, current)):
+        return 0  # no long text in either history (told by their last requests' and new messages)
     if not extract_messages(previous, lost, catalog, cache=cache):
-        return done  # nothing in the lost messages to look for: the quick path settles it
+        return 0  # nothing in the lost messages to look for: the quick path settles it
+    done = 0
     for snap in (previous, current):
         more = await _scan(long_scans(snap, catalog, cache=cache, min_chars=LONG_TEXT), catalog, cache)
         if more is None:

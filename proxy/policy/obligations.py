@@ -55,6 +55,17 @@ class PolicyObligations:
         p = self.policy
         return not p.allowlisted(i.value) and not p.is_disabled(i.kind, i.detector)
 
+    def judges_each(self, identifiers: Sequence[Identifier]) -> bool:
+        """Whether this rule requires of every subset of ``identifiers`` what it requires
+        of each member by itself: 1 and 2 judge each identifier alone (its value, kind,
+        source and the history); 3 requires the latest plan call's items, so a set holding
+        a plan tool's call can lose that call and have an earlier one's required — only a
+        set without one qualifies."""
+        plan = {t.lower() for t in self.policy.plan_tools}
+        return not plan or not any(
+            i.source.origin == "tool_call" and (i.source.tool_name or "").lower() in plan for i in identifiers
+        )
+
     def regenerable(self, i: Identifier) -> bool:
         return self.policy.regenerable(
             i.kind, i.regenerable, tool=i.source.tool_name, command=i.source.command

@@ -20,7 +20,7 @@ from proxy.gate import interceptor as interceptor_mod
 from proxy.gate import prescan as prescan_mod
 from proxy.state import offload
 from tests.e2e.stack import GateStack
-from tests.support.fake_upstream import Call, Reply
+from tests.support.fake_upstream import Call, Reply, ToolCall
 
 SHA = "9fceb02d0ae598e95dc970b74767f19372d61af8"
 UUID = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
@@ -99,7 +99,8 @@ def test_a_resent_request_scans_no_long_text_on_the_loop(with_ids: bool, loop_sc
     # the dropped reply; with values in it, the request's long text too (the full analysis may run)
     assert worker_scans == ([LONG + len(SHA) + len(UUID) + 9, len(user)] if with_ids else [LONG])
     # the same outcome as when the analysis scans them itself, on the loop
-    monkeypatch.setattr(interceptor_mod, "prescan", lambda *a: asyncio.sleep(0, 0))
+    monkeypatch.setattr(interceptor_mod, "prescan_lost", lambda *a: asyncio.sleep(0, 0))
+    monkeypatch.setattr(interceptor_mod, "prescan_rest", lambda *a: asyncio.sleep(0, 0))
     extract.DEFAULT_CACHE.clear()
     stack = GateStack("default", _reply(with_ids))
     try:
@@ -149,3 +150,83 @@ def test_without_a_worker_the_analysis_scans_as_before(monkeypatch: pytest.Monke
     t = classify(before, after)
     assert asyncio.run(prescan_mod.prescan(before, after, t, None, cache)) == 0
     assert len(long_scans(before, cache=cache, min_chars=LONG)) == 3  # left to the analysis
+
+
+class _Watched(tuple):  # type: ignore[type-arg]
+    """A snapshot's messages that count how many of them are read."""
+
+    reads = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        _Watched.reads += len(self)
+        return super().__iter__()
+
+    def __getitem__(self, i: Any) -> Any:
+        got = super().__getitem__(i)
+        _Watched.reads += len(got) if isinstance(i, slice) else 1
+        return got
+
+
+def test_long_scans_of_a_history_read_only_its_new_messages() -> None:
+    # a tool loop's next request: its last one (no long text; asked before) plus a call
+    # and its result — the long texts it holds follow from the last answer and those two
+    turns = [make_message("user", [Part("text", "go")])]
+    for i in range(60):
+        turns += [make_message("assistant", [Part("tool_call", f'{{"cmd": "ls {i}"}}', tool_name="bash", tool_call_id=f"c{i}")]),
+                  make_message("tool", [Part("tool_result", f"file{i} {SHA}", tool_call_id=f"c{i}")])]
+    cache = ScanCache()
+    last = Snapshot("openai", "", tuple(turns[:-2]))
+    assert long_scans(last, cache=cache, min_chars=LONG) == []
+    tail = make_message("tool", [Part("tool_result", "z" * LONG, tool_call_id="c59")])
+    for msgs, want in ((turns, 0), (turns[:-1] + [tail], 1)):
+        snap = Snapshot("openai", "", _Watched(msgs))
+        snap.with_digests(tuple(m.digest for m in msgs))
+        _Watched.reads = 0
+        jobs = long_scans(snap, cache=cache, min_chars=LONG)
+        if not want:
+            assert _Watched.reads == 2  # the call and its result, not the 121 messages
+        assert [t for _, t, _ in jobs] == [m.text for m in msgs if len(m.text) >= LONG]
+
+
+def test_a_change_without_long_texts_is_not_prescanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a replaced reply in histories of short texts: nothing to scan off the loop, so the
+    # lost messages are not even extracted to decide whether the rest must be
+    from proxy.core.transition import classify
+
+    seen: list[object] = []
+    monkeypatch.setattr(prescan_mod, "extract_messages", lambda *a, **k: seen.append(a) or [])
+    user = make_message("user", [Part("text", f"upload {UUID}")])
+    reply = make_message("assistant", [Part("tool_call", f'{{"cmd": "git show {SHA}"}}', tool_name="bash", tool_call_id="c1")])
+    own = make_message("assistant", [Part("tool_call", '{"cmd": "ls"}', tool_name="bash", tool_call_id="c2")])
+    before, after = Snapshot("openai", "", (user, reply)), Snapshot("openai", "", (user, own))
+    t = classify(before, after)
+    assert t.lost_region == (1,)
+    assert asyncio.run(prescan_mod.prescan(before, after, t, None, ScanCache())) == 0
+    assert seen == []
+    long_after = Snapshot("openai", "", (user, own, make_message("tool", [Part("tool_result", "z" * LONG, tool_call_id="c2")])))
+    asyncio.run(prescan_mod.prescan(before, long_after, classify(before, long_after), None, ScanCache()))
+    assert len(seen) == 1  # a long text in the request: the lost messages decide what else is scanned
+
+
+def test_a_change_the_quiet_path_settles_scans_only_its_lost_messages(loop_scans: list[int]) -> None:
+    # the client replaces the model's call (a value its long first message holds: still
+    # visible) with its own: settled from the lost call alone, so the history's long text
+    # is scanned nowhere — not on the loop, not in the worker
+    stack = GateStack("default", lambda call: Reply(tool_calls=[ToolCall("bash", {"cmd": f"git show {SHA}"})]))
+    try:
+        client = openai.OpenAI(api_key="sk-test-prescan", base_url=stack.openai_base_url, max_retries=0)
+        msgs: list[Any] = [{"role": "user", "content": f"look at {SHA} " + "x" * LONG}]
+        client.chat.completions.create(model="gpt-4o", messages=msgs)
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                     {"id": "own_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]},
+                 {"role": "tool", "tool_call_id": "own_1", "content": "a b"}]
+        client.chat.completions.create(model="gpt-4o", messages=msgs)
+        _, convs = stack.get("/gate/conversations")
+        [conv] = convs["conversations"]
+        _, detail = stack.get(f"/gate/conversations/{conv['id']}")
+        kinds = [t.get("transition") for t in detail["timeline"]]
+        events = [e["kind"] for e in stack.events() if e["kind"] != "request"]
+    finally:
+        stack.close()
+    assert kinds[-1] in ("fork", "edit") and events == []  # the replaced call, decided quietly
+    assert loop_scans == [] and worker_scans == []

@@ -99,7 +99,7 @@ def _run(
     replace_at: int | set[int] | None, quiet: bool, monkeypatch: pytest.MonkeyPatch, model: Any = _model
 ) -> tuple[Any, ...]:
     if not quiet:
-        monkeypatch.setattr(interceptor_mod.GateInterceptor, "_quiet", lambda self, ex, obs, t: None)
+        monkeypatch.setattr(interceptor_mod.GateInterceptor, "_is_quiet", lambda self, ex, obs, t: False)
     stack = GateStack("default", model)
     try:
         answers = _play(stack, replace_at)

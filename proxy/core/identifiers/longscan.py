@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
+from proxy.core.histtext import long_messages
 from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 
 from .catalog import Catalog
@@ -59,7 +60,11 @@ def long_scans(
     not hold, as ``(cache key, text, src_ctx)``: ``scan_text(text, catalog, src_ctx)``
     put under the key is what the extraction would have scanned. Nothing is scanned
     here. (The system prompt and tool definitions are not listed: they are keyed by
-    their text's hash, which is not made here either.)"""
+    their text's hash, which is not made here either.) Without ``only``, a history with
+    no long text is told so by :func:`~proxy.core.histtext.long_messages` (its last
+    request's answer and its new messages), without a pass over its messages."""
+    if only is None and not long_messages(snapshot.digests, snapshot.messages, min_chars):
+        return []  # no long text in the history: known from the last request's and the new messages
     indexes = range(len(snapshot.messages)) if only is None else sorted(i for i in only if 0 <= i < len(snapshot.messages))
     long: dict[Hashable, str] = {
         (m.digest, pi): p.text
