@@ -550,8 +550,12 @@ def _evaluate(h: History, probe: Probe) -> Match:
         return _extension(h, probe)
     lcp = common_prefix(r, h.digests)
     k, j = _kept_tail(h, r, lcp)
-    if k and not lcp and probe.common is not None and all(map(probe.common, h.digests[j : j + k])):
-        k = 0  # nothing in common but messages any conversation could hold ("yes")
+    if (k and not lcp and probe.common is not None and not (probe.continuation_hint or probe.scoped)
+            and all(map(probe.common, h.digests[j : j + k]))):
+        # nothing in common but messages any conversation could hold ("yes"); a request
+        # that says it continues a compacted conversation (or names its session) is one,
+        # and such a tail still tells which
+        k = 0
     if k and (k >= 2 or lcp >= 1 or probe.system_hash == h.system_hash):
         dropped = max(0, min(j, L) - lcp)
         return Match(h.conversation_id, "compacted", prefix_len=lcp, suffix_len=k, dropped=dropped)

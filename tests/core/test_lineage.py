@@ -156,6 +156,9 @@ def test_a_commonplace_message_alone_does_not_tie_a_request_to_a_conversation() 
     common = {"d-yes", "d-ask", "d-count"}.__contains__
     assert match(ix, probe(b)).relation == "compacted"  # what the digests alone say
     assert match(ix, probe(b, common=common)).relation == "new"
+    # a request that says it continues a compacted conversation is one: the tail tells which
+    m = match(ix, probe(d("summary", "yes"), common=common, continuation_hint=True))
+    assert (m.conversation_id, m.relation, m.suffix_len) == ("A", "compacted", 1)
     # a distinctive kept message (a tool result, an id) is still evidence ...
     assert match(ix, probe(d("summary", "result", "yes"), common=common)).relation == "compacted"
     # ... and so are two kept messages even of the commonplace kind when a prefix is shared
