@@ -54,10 +54,14 @@ async def serve_responses_websocket(fake: FakeUpstream, request: web.Request) ->
             await ws.send_str(_error(400, "unknown_event", "expected response.create"))
             continue
         prev = frame.get("previous_response_id")
+        items = frame.get("input")
+        if (prev is not None and not isinstance(prev, str)) or not isinstance(items, (str, list, type(None))):
+            # as the real API: a field of the wrong type is an invalid request, not a crash
+            await ws.send_str(_error(400, "invalid_type", "previous_response_id must be a string, input a string or a list"))
+            continue
         if prev is not None and prev not in history:
             await ws.send_str(_error(400, "previous_response_not_found", f"Previous response {prev!r} not found."))
             continue
-        items = frame.get("input")
         items = [items] if isinstance(items, str) else list(items or [])
         full = (history[prev] if prev is not None else []) + items
         body = {k: v for k, v in frame.items() if k not in ("type", "previous_response_id")}
