@@ -27,6 +27,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from .identifiers.model import SYSTEM_INDEX, TOOLS_INDEX, Identifier, Source, redact
@@ -37,6 +38,7 @@ from .identifiers.normalize import (
     identifying_token,
     relation,
 )
+from .redaction import redact_secrets
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _ALNUM = re.compile(r"[A-Za-z0-9]")
@@ -55,7 +57,10 @@ class SourceRef:
 
     @classmethod
     def of(cls, s: Source) -> SourceRef:
-        return cls(s.message_index, s.role, s.origin, s.tool_name, s.command, s.mutating)
+        """The reference shown for ``s``: its command with every secret redacted (an
+        event, a note to the model, the state at rest all quote it)."""
+        command = _shown_command(s.command) if s.command else s.command
+        return cls(s.message_index, s.role, s.origin, s.tool_name, command, s.mutating)
 
     def describe(self) -> str:
         """E.g. ``tool result of bash `alembic upgrade head` at message 4``."""
@@ -83,6 +88,11 @@ class SourceRef:
             "command": self.command,
             "mutating": self.mutating,
         }
+
+
+@lru_cache(maxsize=4096)
+def _shown_command(command: str) -> str:
+    return redact_secrets(command)
 
 
 def _short(text: str, n: int = 80) -> str:

@@ -89,6 +89,18 @@ def test_dropped_value_is_listed_with_its_source() -> None:
     assert b.to_json()["where"] == b.source.describe()
 
 
+def test_a_secret_in_the_producing_command_is_redacted_wherever_the_source_is_shown() -> None:
+    key = "sk-live-" + "q7x2" * 8
+    lost = ident(FULL, command=f"curl -H 'Authorization: Bearer {key}' https://api.example.com/deploy")
+    (entry,) = diff_identifiers([lost], visible("nothing")).dropped
+    shown = str(entry.to_json())
+    assert key not in shown and key not in entry.source.describe()
+    assert entry.source.command is not None and entry.source.command.startswith("curl -H")
+    assert "https://api.example.com/deploy" in entry.source.command  # the rest of the command stays
+    plain = ident(FULL, command="git rev-parse HEAD")
+    assert SourceRef.of(plain.source).command == "git rev-parse HEAD"
+
+
 def test_one_entry_per_norm_non_regenerable_if_any_occurrence_is() -> None:
     a = ident(FULL, index=2, regenerable=True, command="git log", mutating=False)
     b = ident(FULL.upper(), index=6, regenerable=False)
