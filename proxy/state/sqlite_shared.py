@@ -5,9 +5,12 @@ one mode is read by the other), plus what the shared protocol
 (:mod:`proxy.state.protocol`) needs: per conversation its etag, namespace, the
 namespace version of its last change, a short splice log, its event counter and token
 stats (``conv_state``); per namespace its version (``namespaces``); and the store-wide
-event log (``event_log``). WAL mode lets the processes read while one writes; a commit
-is one ``BEGIN IMMEDIATE`` transaction (the compare-and-set holds the write lock), so it
-is durable and visible to every worker when the call returns. Writers queue on an
+event log (``event_log``). WAL mode lets the processes read while one writes; commits
+go in ``BEGIN IMMEDIATE`` transactions (the compare-and-set holds the write lock), so a
+commit is durable and visible to every worker when the call returns. The commits a
+process makes in one loop step — or while its previous group waits for the lock or
+runs — share one transaction (the group commit, :mod:`proxy.state.groups`),
+each with its own compare-and-set and outcome; an error fails the whole group. Writers queue on an
 ``flock`` of a lock file beside the database before they take SQLite's write lock,
 tried again within 0.1–1 ms while another worker holds it (SQLite's own busy handler
 sleeps 1, 2, 5, 10 … ms between tries); what a change writes is encoded and
@@ -17,7 +20,7 @@ per process, reads (syncs, reads of conversations, messages, the event log) on a
 with its own connection, so a sync never waits behind a commit queued for the lock.
 The small, uncontended cases run on the loop itself (:meth:`SharedSQLiteStore.sync`,
 :meth:`SharedSQLiteStore.commit`): a sync of at most :data:`INLINE_CHANGES` changes
-while the reader thread is idle (a WAL read never waits for a writer), a commit of at
+while the reader thread is idle (a WAL read never waits for a writer), a group of at
 most :data:`INLINE_BYTES` of text while the writer thread is idle and the writers'
 lock is free at once (under it nothing else writes, so ``BEGIN IMMEDIATE`` does not
 wait). Measured under ``bench.replicas``: a hop to a thread and back cost a request
@@ -51,6 +54,7 @@ from typing import Any, TypeVar
 
 from proxy.core.messages import Message
 from proxy.state import sqlite_shared_sql as sql
+from proxy.state.groups import CommitGroups
 from proxy.state.protocol import Commit, Committed, SideWrite, StateUnavailable, Synced
 from proxy.state.records import ConversationRecord
 from proxy.state.sqlite import _SCHEMA
@@ -79,14 +83,16 @@ INLINE_BYTES = 64 * 1024
 STORED_DIGESTS = 16384
 
 
-def _small(c: Commit) -> bool:
-    """Whether ``c`` carries at most :data:`INLINE_BYTES` of message and blob text."""
-    size = sum(len(v) for _, v in c.blobs)
-    for m in c.messages:
-        for p in m.parts:
-            size += len(p.text) if p.text else 0
-        if size > INLINE_BYTES:
-            return False
+def _small(changes: Iterable[Commit]) -> bool:
+    """Whether ``changes`` carry at most :data:`INLINE_BYTES` of message and blob text."""
+    size = 0
+    for c in changes:
+        size += sum(len(v) for _, v in c.blobs)
+        for m in c.messages:
+            for p in m.parts:
+                size += len(p.text) if p.text else 0
+            if size > INLINE_BYTES:
+                return False
     return size <= INLINE_BYTES
 
 
@@ -122,6 +128,8 @@ class SharedSQLiteStore(SharedStore):
         self._busy: dict[ThreadPoolExecutor, int] = {}
         #: see :data:`STORED_DIGESTS` (the loop's thread only)
         self._stored: OrderedDict[str, None] = OrderedDict()
+        #: commits made together share a transaction (:mod:`proxy.state.groups`)
+        self._groups = CommitGroups(self._commit_now)
         #: namespace -> (the cursor its last sync answered, the reader connection's
         #: ``PRAGMA data_version`` in that sync's snapshot): while that version holds, no
         #: connection committed anything since, and a sync from that cursor has nothing
@@ -251,15 +259,17 @@ class SharedSQLiteStore(SharedStore):
         return sql.sync(self._db(), self._quiet, ns, cursor, reload, bodies, known, most)
 
     def _commit(self, c: Commit, encoded: Encoded | None = None) -> Committed:
-        rows, meta, new_stats = encoded or encode(c)
-        with self._writing():
-            res = self._commit_locked(c, rows, meta, new_stats)
-        if res.ok:
-            self._committed()
-        return res
+        """One commit on this thread's connection (see :meth:`_commit_many`)."""
+        return self._commit_many([c], None if encoded is None else [encoded])[0]
 
-    def _commit_locked(self, c: Commit, rows: Rows, meta: str, new_stats: str | None) -> Committed:
-        return sql.commit_locked(self._db(), c, rows, meta, new_stats, self._bounds())
+    def _commit_many(self, changes: list[Commit], encoded: list[Encoded] | None = None) -> list[Committed]:
+        """``changes`` in one transaction, waiting for the writers' lock."""
+        rows = encoded if encoded is not None else [encode(c) for c in changes]
+        with self._writing():
+            results = sql.commit_group(self._db(), list(zip(changes, rows, strict=True)), self._bounds())
+        if any(r.ok for r in results):
+            self._committed()
+        return results
 
     def _side(self, writes: list[SideWrite]) -> None:
         encoded = [(w, rows_of(w), json.dumps(w.stats.as_list()) if w.stats else None) for w in writes]
@@ -389,7 +399,9 @@ class SharedSQLiteStore(SharedStore):
         stored = self._stored
         if any(m.digest in stored for m in change.messages):
             change = replace(change, messages=tuple(m for m in change.messages if m.digest not in stored))
-        res = await self._commit_now(change)
+        if self._closed:
+            raise StateUnavailable(f"{self.describe}: closed", "unreachable")
+        res = await self._groups.commit(change)
         if res.ok and change.messages:
             for m in change.messages:
                 stored[m.digest] = None
@@ -398,21 +410,23 @@ class SharedSQLiteStore(SharedStore):
                 stored.popitem(last=False)
         return res
 
-    async def _commit_now(self, change: Commit) -> Committed:
-        if not _small(change) or not self._idle(self._exec):
-            return await self._call(self._commit, change)
-        encoded = encode(change)
+    async def _commit_now(self, changes: list[Commit]) -> list[Committed]:
+        """A group of commits in one transaction: on the loop when small and the lock is
+        free at once (see the module docstring), else on the writer thread."""
+        if not _small(changes) or not self._idle(self._exec):
+            return await self._call(self._commit_many, changes)
+        encoded = [encode(c) for c in changes]
         if not self._try_writing():  # another worker is writing: wait for it on the thread
-            return await self._call(self._commit, change, encoded)
+            return await self._call(self._commit_many, changes, encoded)
         try:
             with self._inline(self._conn):
-                res = self._commit_locked(change, *encoded)
+                results = sql.commit_group(self._db(), list(zip(changes, encoded, strict=True)), self._bounds())
         finally:
             assert self._lock_fd is not None
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        if res.ok:
+        if any(r.ok for r in results):
             self._committed()
-        return res
+        return results
 
     async def side(self, writes: Iterable[SideWrite]) -> None:
         batch = list(writes)

@@ -25,13 +25,13 @@ from proxy.state.records import (
 )
 from proxy.state.redis_scripts import SPLICE_LOG
 from proxy.state.sqlite import DIGEST_CHUNK
-from proxy.state.sqlite_shared_rows import Rows, blob_text, keep_since, record_of
+from proxy.state.sqlite_shared_rows import Encoded, Rows, blob_text, keep_since, record_of
 
 __all__ = [
     "SHARED_SCHEMA",
     "Bounds",
     "adopt_rows",
-    "commit_locked",
+    "commit_group",
     "data_version",
     "delete",
     "expired",
@@ -200,79 +200,86 @@ def _changes(
     return tuple(out)
 
 
-def commit_locked(
-    conn: sqlite3.Connection, c: Commit, rows: Rows, meta: str, new_stats: str | None, bounds: Bounds
-) -> Committed:
-    """``c``'s compare-and-set transaction (under the writers' lock): refused unless
-    ``c.expect`` is the stored etag (or ``None`` and nothing is stored)."""
-    cid = c.conversation_id
+def commit_group(conn: sqlite3.Connection, changes: list[tuple[Commit, Encoded]], bounds: Bounds) -> list[Committed]:
+    """Several commits in one ``BEGIN IMMEDIATE`` transaction (under the writers' lock),
+    in order, each its own compare-and-set: a refused one writes nothing and the others
+    go on; an error rolls back them all. Durable and visible to every process when this
+    returns — not before, so no caller may take one as accepted earlier."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        st = conn.execute(
-            "SELECT etag, hlen, splices, floor, evseq, stats_seq, stats FROM conv_state WHERE id = ?", (cid,)
-        ).fetchone()
-        if c.expect is None:
-            if st is not None:
-                conn.execute("ROLLBACK")
-                return Committed(False, "exists")
-            hlen, splices, floor, evseq, stats_seq, stats = 0, "", 0, 0, -1, None
-        elif st is None or st[0] != c.expect or c.keep > st[1]:
-            conn.execute("ROLLBACK")
-            return Committed(False, "conflict")
-        else:
-            _, hlen, splices, floor, evseq, stats_seq, stats = st
-        got = conn.execute("UPDATE namespaces SET ver = ver + 1 WHERE ns = ? RETURNING ver", (c.namespace,)).fetchall()
-        if got:
-            ver = got[0][0]
-        else:
-            ver = 1
-            conn.execute("INSERT INTO namespaces(ns, ver) VALUES(?, 1)", (c.namespace,))
-        before = ver - 1
-        if c.keep < hlen or c.append:
-            if st is not None and c.keep == hlen:  # appended to a stored history
-                append_chunks(conn, cid, hlen, c.append)
-            else:
-                first = c.keep // DIGEST_CHUNK
-                kept = read_digests(conn, cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
-                write_chunks(conn, cid, c.keep, kept, c.append)
-            entries = [e for e in splices.split(";") if e] + [f"{ver}:{c.keep}"]
-            while len(entries) > SPLICE_LOG:
-                floor = int(entries.pop(0).split(":")[0])
-            splices = "".join(e + ";" for e in entries)
-        hlen = c.keep + len(c.append)
-        # rows that exist are updated in place (a replace deletes and inserts the row
-        # and its index entries)
-        if (
-            st is None
-            or not conn.execute(
-                "UPDATE conversations SET last_seen = ?, meta = ?, digests = '' WHERE id = ?", (c.last_seen, meta, cid)
-            ).rowcount
-        ):
-            conn.execute(
-                "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
-                (cid, c.last_seen, meta),
-            )
-        evseq = _parts(conn, cid, rows, evseq, bounds)
-        if c.stats is not None and c.stats.seq >= stats_seq:
-            stats_seq, stats = c.stats.seq, new_stats
-        state = (c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats, cid)
-        if st is not None:
-            conn.execute(
-                "UPDATE conv_state SET tenant = ?, ns = ?, etag = ?, ver = ?, hlen = ?, splices = ?, floor = ?,"
-                " evseq = ?, stats_seq = ?, stats = ? WHERE id = ?",
-                state,
-            )
-        else:
-            conn.execute(
-                "INSERT INTO conv_state(tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats, id)"
-                " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                state,
-            )
-        conn.execute("COMMIT")
+        out = [_commit_one(conn, c, *encoded, bounds) for c, encoded in changes]
+        conn.execute("COMMIT" if any(r.ok for r in out) else "ROLLBACK")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
         raise
+    return out
+
+
+def _commit_one(
+    conn: sqlite3.Connection, c: Commit, rows: Rows, meta: str, new_stats: str | None, bounds: Bounds
+) -> Committed:
+    """``c``'s compare-and-set inside the open transaction: refused (nothing written)
+    unless ``c.expect`` is the stored etag (or ``None`` and nothing is stored)."""
+    cid = c.conversation_id
+    st = conn.execute(
+        "SELECT etag, hlen, splices, floor, evseq, stats_seq, stats FROM conv_state WHERE id = ?", (cid,)
+    ).fetchone()
+    if c.expect is None:
+        if st is not None:
+            return Committed(False, "exists")
+        hlen, splices, floor, evseq, stats_seq, stats = 0, "", 0, 0, -1, None
+    elif st is None or st[0] != c.expect or c.keep > st[1]:
+        return Committed(False, "conflict")
+    else:
+        _, hlen, splices, floor, evseq, stats_seq, stats = st
+    got = conn.execute("UPDATE namespaces SET ver = ver + 1 WHERE ns = ? RETURNING ver", (c.namespace,)).fetchall()
+    if got:
+        ver = got[0][0]
+    else:
+        ver = 1
+        conn.execute("INSERT INTO namespaces(ns, ver) VALUES(?, 1)", (c.namespace,))
+    before = ver - 1
+    if c.keep < hlen or c.append:
+        if st is not None and c.keep == hlen:  # appended to a stored history
+            append_chunks(conn, cid, hlen, c.append)
+        else:
+            first = c.keep // DIGEST_CHUNK
+            kept = read_digests(conn, cid, first)[: c.keep % DIGEST_CHUNK] if c.keep % DIGEST_CHUNK else ()
+            write_chunks(conn, cid, c.keep, kept, c.append)
+        entries = [e for e in splices.split(";") if e] + [f"{ver}:{c.keep}"]
+        while len(entries) > SPLICE_LOG:
+            floor = int(entries.pop(0).split(":")[0])
+        splices = "".join(e + ";" for e in entries)
+    hlen = c.keep + len(c.append)
+    # rows that exist are updated in place (a replace deletes and inserts the row
+    # and its index entries)
+    if (
+        st is None
+        or not conn.execute(
+            "UPDATE conversations SET last_seen = ?, meta = ?, digests = '' WHERE id = ?", (c.last_seen, meta, cid)
+        ).rowcount
+    ):
+        conn.execute(
+            "INSERT OR REPLACE INTO conversations(id, last_seen, meta, digests) VALUES(?, ?, ?, '')",
+            (cid, c.last_seen, meta),
+        )
+    evseq = _parts(conn, cid, rows, evseq, bounds)
+    if c.stats is not None and c.stats.seq >= stats_seq:
+        stats_seq, stats = c.stats.seq, new_stats
+    state = (c.tenant, c.namespace, c.etag, ver, hlen, splices, floor, evseq, stats_seq, stats, cid)
+    if st is not None:
+        conn.execute(
+            "UPDATE conv_state SET tenant = ?, ns = ?, etag = ?, ver = ?, hlen = ?, splices = ?, floor = ?,"
+            " evseq = ?, stats_seq = ?, stats = ? WHERE id = ?",
+            state,
+        )
+    else:
+        conn.execute(
+            "INSERT INTO conv_state(tenant, ns, etag, ver, hlen, splices, floor, evseq, stats_seq, stats, id)"
+            " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            state,
+        )
     return Committed(True, "", before, ver)
 
 
