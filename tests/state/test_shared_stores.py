@@ -449,9 +449,9 @@ async def test_sqlite_a_message_this_process_stored_is_not_encoded_again(
     """A fork's shared prefix is neither redacted, encoded nor written again by the
     process that stored it (``STORED_DIGESTS``), yet every replica reads it; a refused
     commit's messages are not taken as stored."""
-    import proxy.state.sqlite_shared as shared
+    import proxy.state.sqlite_shared_rows as rows
 
-    encoded = _count_encoded(monkeypatch, shared)
+    encoded = _count_encoded(monkeypatch, rows)
     a, b = SharedSQLiteStore(tmp_path / "s.sqlite3"), SharedSQLiteStore(tmp_path / "s.sqlite3")
     await a.open()
     await b.open()

@@ -2,21 +2,26 @@
 appending to a stored history updates the rows it changes in place — the last digest
 chunk extended, the conversation's row and its shared state updated — and leaves the
 same rows the general path (read, delete and write again from the changed chunk) does;
-a sync with nothing committed since the last one reads no table."""
+a sync with nothing committed since the last one reads no table; commits made together
+share one transaction (the group commit), each with its own outcome."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import secrets
 import sqlite3
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.messages import Part, make_message
-from proxy.state.protocol import Commit
+from proxy.state.protocol import Commit, StateUnavailable
 from proxy.state.records import ConversationRecord
 from proxy.state.sqlite import DIGEST_CHUNK
 from proxy.state.sqlite_shared import SharedSQLiteStore
@@ -129,3 +134,84 @@ async def test_a_sync_with_nothing_committed_since_reads_nothing(tmp_path: Path)
     finally:
         await a.close()
         await b.close()
+
+
+def _stored_etag(path: Path, cid: str) -> str | None:
+    """``cid``'s etag as another process reads it (its own connection)."""
+    with sqlite3.connect(str(path)) as conn:
+        row = conn.execute("SELECT etag FROM conv_state WHERE id = ?", (cid,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+async def test_commits_of_one_loop_step_share_one_transaction_each_its_own_compare_and_set(tmp_path: Path) -> None:
+    """Commits made together go in one ``BEGIN IMMEDIATE`` transaction (the group
+    commit); each keeps its own outcome — a refused one writes nothing, the others are
+    stored — and each caller is answered only when another process already reads its
+    commit; commits made while a group waits for the writers' lock form the next group."""
+    path = tmp_path / "s.sqlite3"
+    store = SharedSQLiteStore(path)
+    await store.open()
+    try:
+        first = _commit("c1", ("d1",), None, 0, 1)
+        assert (await store.commit(first)).ok
+        ran: list[str] = []
+        assert store._conn is not None
+        store._conn.set_trace_callback(ran.append)
+
+        async def answered(c: Commit) -> tuple[bool, str | None]:
+            res = await store.commit(c)
+            return res.ok, _stored_etag(path, c.conversation_id)  # read as soon as answered
+
+        c2, c3 = _commit("c2", ("d2",), None, 0, 1), _commit("c3", ("d3",), None, 0, 1)
+        stale = _commit("c1", ("d1", "dx"), "not-the-etag", 1, 2)
+        got = await asyncio.gather(answered(c2), answered(stale), answered(c3))
+        assert got == [(True, c2.etag), (False, first.etag), (True, c3.etag)]
+        assert sum(q == "BEGIN IMMEDIATE" for q in ran) == 1, ran
+
+        del ran[:]
+        other = os.open(str(path) + "-writer.lock", os.O_RDWR)  # another worker writing
+        fcntl.flock(other, fcntl.LOCK_EX)
+        try:
+            waiting = asyncio.ensure_future(answered(_commit("c4", ("d4",), None, 0, 1)))
+            await asyncio.sleep(0.05)  # the group of c4 waits for the lock on the writer thread
+            later = [asyncio.ensure_future(answered(_commit(f"c{i}", (f"d{i}",), None, 0, 1))) for i in (5, 6)]
+            await asyncio.sleep(0.05)
+            assert not waiting.done() and not any(t.done() for t in later)
+        finally:
+            fcntl.flock(other, fcntl.LOCK_UN)
+            os.close(other)
+        assert [r[0] for r in await asyncio.gather(waiting, *later)] == [True, True, True]
+        assert sum(q == "BEGIN IMMEDIATE" for q in ran) == 2, ran  # c4, then c5 with c6
+        store._conn.set_trace_callback(None)
+    finally:
+        await store.close()
+
+
+async def test_a_group_whose_transaction_fails_fails_every_commit_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error inside a group's transaction rolls it back whole: every commit of the
+    group raises ``StateUnavailable`` (none was acknowledged) and none of them is
+    stored; the next commit goes through."""
+    import proxy.state.sqlite_shared_sql as sql
+
+    path = tmp_path / "s.sqlite3"
+    store = SharedSQLiteStore(path)
+    await store.open()
+    real = sql._parts
+
+    def failing(conn: sqlite3.Connection, cid: str, *args: Any) -> int:
+        if cid == "bad":
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(conn, cid, *args)
+
+    monkeypatch.setattr(sql, "_parts", failing)
+    try:
+        group = [_commit(cid, (f"d-{cid}",), None, 0, 1) for cid in ("ok1", "bad", "ok2")]
+        got = await asyncio.gather(*(store.commit(c) for c in group), return_exceptions=True)
+        assert all(isinstance(g, StateUnavailable) and g.reason == "error" for g in got), got
+        assert [_stored_etag(path, c.conversation_id) for c in group] == [None, None, None]
+        nxt = _commit("ok3", ("d3",), None, 0, 1)
+        assert (await store.commit(nxt)).ok and _stored_etag(path, "ok3") == nxt.etag
+    finally:
+        await store.close()
