@@ -25,9 +25,9 @@ from .identifiers.catalog import Catalog
 from .identifiers.extract import extract_messages, extract_snapshot
 from .identifiers.model import SYSTEM_INDEX, Identifier
 from .identifiers.provenance import never_required
-from .identifiers.steps import GATE_NOTE
 from .markers import NO_MARKERS, Markers
 from .messages import Snapshot
+from .notes import holds_note
 from .signals import (
     NextActionSignal,
     Obligation,
@@ -124,7 +124,7 @@ def _unneeded(
     none of them required either."""
     if any(not never_required(i, cat.binding_of) for i in ids):
         return False
-    if any(GATE_NOTE in before.messages[i].text for i in lost_idx if 0 <= i < len(before.messages)):
+    if any(holds_note(before.messages[i]) for i in lost_idx if 0 <= i < len(before.messages)):
         return False
     return not required_norms(obligation_rule(_as_regenerable(ids), before)) & {i.norm for i in ids}
 

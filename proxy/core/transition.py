@@ -490,21 +490,22 @@ _NON_SPACE = re.compile(r"\S")
 def _head_key(m: Message) -> tuple[str, str]:
     """Role and first line of a message (how a re-rendered setup message is recognised):
     ``" ".join(text.strip().split("\\n", 1)[0].split())[:120]``, reading only as much of
-    the first line as those 120 characters need (a 10 MB single-line text is not copied
-    three times over on the event loop)."""
+    the first line as those 120 characters need, its end included (a 10 MB single-line
+    text is neither copied nor searched whole on the event loop)."""
     text = m.text
     start = _NON_SPACE.search(text)
     if start is None:
         return m.role, ""
-    i = start.start()
-    end = text.find("\n", i)
-    end = len(text) if end < 0 else end
-    at = i + _HEAD_READ
-    while True:
-        head = " ".join(text[i : min(at, end)].split())
-        if at >= end or len(head) >= 120:
+    i = at = start.start()
+    n = len(text)
+    while True:  # the first line's end looked for a piece at a time too
+        stop = min(at + _HEAD_READ, n)
+        nl = text.find("\n", at, stop)
+        end = stop if nl < 0 else nl
+        head = " ".join(text[i:end].split())
+        if nl >= 0 or end >= n or len(head) >= 120:
             return m.role, head[:120]
-        at += _HEAD_READ
+        at = stop
 
 
 def _classify_general(

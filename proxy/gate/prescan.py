@@ -12,6 +12,8 @@ decision, in the request path's worker process (:func:`proxy.state.offload.run`,
 awaited: the loop serves everyone else meanwhile), and puts each result in the scan cache
 under the key the extraction looks up (:func:`proxy.core.identifiers.longscan.long_scans`):
 the analysis then finds them there, the same matches, and scans no long text itself.
+Whether a lost long text holds the gate's note (the analysis asks) is answered here too,
+a bounded slice per loop step (:func:`prenote_lost`).
 Where no worker can run (or it fails), the analysis scans on the loop as before.
 
 What the transition keeps is not scanned: the quick path reads only the lost messages;
@@ -23,15 +25,18 @@ quiet path did not settle the request (:func:`prescan_lost` before that path,
 
 from __future__ import annotations
 
+import asyncio
+
 from proxy.core.histtext import long_messages
 from proxy.core.identifiers.catalog import Catalog
 from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
 from proxy.core.identifiers.longscan import long_scans
-from proxy.core.messages import Snapshot
+from proxy.core.messages import TEXTUAL_KINDS, Snapshot
+from proxy.core.notes import note_key, note_search
 from proxy.core.transition import Transition
 from proxy.state import offload
 
-__all__ = ["LONG_TEXT", "prescan", "prescan_lost", "prescan_rest"]
+__all__ = ["LONG_TEXT", "prenote_lost", "prescan", "prescan_lost", "prescan_rest"]
 
 #: Texts from this many characters on are scanned in the worker (~3 ms of scanning
 #: on this machine's cores; a 10 MB text ~0.5 s).
@@ -66,7 +71,35 @@ async def prescan_lost(
     lost = _lost(transition)
     if not lost:
         return 0
+    await prenote_lost(previous, transition, cache)
     return await _scan(long_scans(previous, catalog, cache=cache, min_chars=LONG_TEXT, only=lost), catalog, cache)
+
+
+async def prenote_lost(previous: Snapshot, transition: Transition, cache: ScanCache = DEFAULT_CACHE) -> int:
+    """Whether each lost message with a long text holds the gate's note
+    (:func:`proxy.core.notes.holds_note`, which the analysis asks), found here a slice
+    at a time — the loop serves other work between slices — and put in ``cache``; how
+    many answers were put there."""
+    done = 0
+    for i in _lost(transition):
+        if i >= len(previous.messages):
+            continue
+        m = previous.messages[i]
+        key = note_key(m)
+        if key is None or cache.get(key) is not None:
+            continue
+        if sum(len(p.text) for p in m.parts if p.kind in TEXTUAL_KINDS) < LONG_TEXT:
+            continue  # searched where it is asked, at once
+        search = note_search(m)
+        while True:
+            try:
+                next(search)
+            except StopIteration as end:
+                cache.put(key, bool(end.value))
+                break
+            await asyncio.sleep(0)
+        done += 1
+    return done
 
 
 async def prescan_rest(

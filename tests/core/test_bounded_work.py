@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -154,3 +155,25 @@ def test_a_resent_request_keys_no_long_text_whole(monkeypatch: pytest.MonkeyPatc
     t = transition_mod.classify(before, after)
     assert t.kind == "fork" and t.lost_region == (1,)
     assert keyed == []
+
+
+class _Searched(str):
+    """A text that records the spans its ``find`` calls search."""
+
+    spans: ClassVar[list[int]] = []
+
+    def find(self, sub: str, start: int | None = None, end: int | None = None) -> int:  # type: ignore[override]
+        lo = 0 if start is None else start
+        hi = len(self) if end is None else end
+        _Searched.spans.append(hi - lo)
+        return super().find(sub, start, end)
+
+
+def test_the_first_line_key_of_a_long_single_line_searches_only_its_start() -> None:
+    # a 10 MB reply with no newline: its first-line key reads (and looks for the line's
+    # end in) what its first 120 characters need, not the whole text
+    for text in ("w" * (1 << 22), "  " + "word " * (1 << 20), "x" * 5000 + "\nrest"):
+        _Searched.spans = []
+        m = make_message("assistant", [Part("text", _Searched(text))])
+        assert transition_mod._head_key(m) == _head_key_whole(m)
+        assert _Searched.spans and max(_Searched.spans) <= transition_mod._HEAD_READ

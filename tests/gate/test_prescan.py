@@ -230,3 +230,47 @@ def test_a_change_the_quiet_path_settles_scans_only_its_lost_messages(loop_scans
         stack.close()
     assert kinds[-1] in ("fork", "edit") and events == []  # the replaced call, decided quietly
     assert loop_scans == [] and worker_scans == []
+
+
+def test_a_lost_long_text_is_searched_for_the_gate_note_between_other_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the analysis asks whether a lost message holds the gate's note (a search of its
+    # whole text): for a long one the prescan finds it a slice per loop step, other
+    # tasks running between the slices, and the analysis reads the answer, not the text
+    from proxy.core import analysis, notes
+    from proxy.core.identifiers.steps import GATE_NOTE
+    from proxy.core.transition import classify
+
+    async def no_worker(fn: Any, *args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(offload, "run", no_worker)
+    read: list[int] = []
+    real_texts = notes._texts
+    monkeypatch.setattr(notes, "_texts", lambda m: read.append(len(m.text)) or real_texts(m))
+    user = make_message("user", [Part("text", "go on")])
+    for tail in ("", f" [{GATE_NOTE}: identifiers preserved]"):
+        extract.DEFAULT_CACHE.clear()
+        reply = make_message("assistant", [Part("text", "z" * (4 * notes.NOTE_SLICE) + tail)])
+        before, after = Snapshot("openai", "", (user, reply)), Snapshot("openai", "", (user,))
+        t = classify(before, after)
+        assert list(t.lost_region) == [1]
+        read.clear()
+        expected = analysis.settled_safe(before, after, t)  # asked of the whole text, here
+        assert read == [len(reply.text)]
+
+        async def beside(before: Snapshot, t: Any) -> int:
+            ticks = 0
+            task = asyncio.create_task(prescan_mod.prenote_lost(before, t))
+            while not task.done():
+                ticks += 1
+                await asyncio.sleep(0)
+            assert await task == 1
+            return ticks
+
+        assert asyncio.run(beside(before, t)) >= 4  # the other task ran between the slices
+        key = notes.note_key(reply)
+        assert key is not None and extract.DEFAULT_CACHE.get(key) is bool(tail)
+        read.clear()
+        assert analysis.settled_safe(before, after, t) == expected  # the same answer,
+        assert read == []  # read from the cache: the long text not searched again
+    extract.DEFAULT_CACHE.clear()
