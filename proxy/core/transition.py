@@ -590,6 +590,14 @@ def _classify_general(
     summary: list[int] = []
     inserted: list[int] = []
     continuation: dict[int, str | None] = {}  # a new message's marker agent, read once
+    # Only the old history's last turn changed (its reply, or the reply and the user
+    # message it answers; messages kept before it, the system prompt the same): the
+    # client replaced, regenerated or edited that turn, and what stands in its place is
+    # its own next step, not a restatement of the turn. A marker-free summary test does
+    # not apply (a summary restates history a compaction removed, and no compaction
+    # removes the last turn alone — see :func:`within_last_turn`); an agent's
+    # continuation marker and the API's opaque summary still count.
+    own_step = bool(lost_idx) and p > 0 and not system_changed and lost_idx[0] >= last_turn_start(old_msgs)
 
     def continuation_of(j: int) -> str | None:
         if j not in continuation:
@@ -607,7 +615,7 @@ def _classify_general(
             summary.append(j)  # the API's own (encrypted) summary of the lost messages
         elif slot == "replacing" and pos in ("leading", "middle"):
             summary.append(j)  # structural: a span replaced by new message(s), kept ones after
-        elif lost_text and looks_like_summary(m.text, lost_text, markers, lost_words):
+        elif lost_text and not own_step and looks_like_summary(m.text, lost_text, markers, lost_words):
             summary.append(j)
         elif slot == "replacing" and pos in ("trailing", "all"):
             appended.append(j)
@@ -627,7 +635,7 @@ def _classify_general(
         # Without a marker, a rewrite in place is a summary only when it grew a lot
         # (it now carries more than the message it replaced); otherwise it is an edit.
         grew = len(m.text) >= 2 * len(o.text) + 80
-        if a or (grew and looks_like_summary(m.text, lost_text, markers, lost_words)):
+        if a or (grew and not own_step and looks_like_summary(m.text, lost_text, markers, lost_words)):
             lost.append(ch.old_index)
             summary.append(ch.new_index)
         else:

@@ -197,6 +197,38 @@ def test_fork_replaces_the_tail_by_a_different_continuation() -> None:
     assert t.kind == "fork" and t.lost == tuple(range(3, len(BASE))) and t.appended == (3,)
 
 
+def _call(cid: str, command: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": command})}}]}
+
+
+@pytest.mark.parametrize("markers", [NO_MARKERS, M], ids=["no-markers", "markers"])
+def test_a_reply_replaced_by_the_clients_own_similar_call_is_a_fork_not_a_summary(markers: Any) -> None:
+    # the client drops the model's call and sends its own next call and result: most of
+    # its words are the lost call's, but it does not restate that call, it replaces it
+    reply = _call("m1", "kubectl rollout status deploy/api -n prod")
+    own = [_call("x1", "kubectl get deploy api -o yaml"), {"role": "tool", "tool_call_id": "x1", "content": "kind: Deployment"}]
+    n = len(BASE)
+    t = classify(body(BASE + [reply]), body(BASE + own), markers)
+    assert t.kind == "fork" and t.summary == () and t.lost == (n,) and t.appended == (n, n + 1)
+
+
+def test_a_last_user_message_rewritten_longer_is_an_edit_not_a_summary() -> None:
+    ask = "Deploy the api service to prod."
+    longer = ask + " Yes, deploy the api service to prod: the api service, deployed to prod now, and the prod deploy of the api service reported back to me."
+    answer = {"role": "assistant", "content": "Deploying now."}
+    t = classify(body(BASE + [{"role": "user", "content": ask}, answer]),
+                 body(BASE + [{"role": "user", "content": longer}, answer]), NO_MARKERS)
+    assert t.kind == "edit" and t.summary == () and [c.old_index for c in t.changed] == [len(BASE)]
+
+
+def test_a_restatement_of_more_than_the_last_turn_is_still_a_summary() -> None:
+    # the same test on a trailing span that is not the last turn alone: a summary
+    summary = {"role": "user", "content": "Summary so far: out 1, out 2 and out 3 of step 1, step 2 and step 3, lorem ipsum."}
+    t = classify(body(BASE), body(BASE[:3] + [summary]), NO_MARKERS)
+    assert t.kind == "summarize" and t.summary == (3,)
+
+
 # --------------------------------------------------------------------------- reset
 
 
