@@ -31,7 +31,7 @@ from proxy.core.histtext import long_messages
 from proxy.core.identifiers.catalog import Catalog
 from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
 from proxy.core.identifiers.longscan import long_scans
-from proxy.core.messages import TEXTUAL_KINDS, Snapshot
+from proxy.core.messages import Snapshot
 from proxy.core.notes import note_key, note_search
 from proxy.core.transition import Transition
 from proxy.state import offload
@@ -81,15 +81,15 @@ async def prenote_lost(previous: Snapshot, transition: Transition, cache: ScanCa
     at a time — the loop serves other work between slices — and put in ``cache``; how
     many answers were put there."""
     done = 0
-    for i in _lost(transition):
-        if i >= len(previous.messages):
-            continue
+    lost = [i for i in _lost(transition) if i < len(previous.messages)]
+    # the history's long messages, as the identifier prescan finds them (remembered per
+    # history); the others are searched where the analysis asks, at once
+    long = long_messages(previous.digests, previous.messages, LONG_TEXT) if lost else frozenset()
+    for i in lost:
         m = previous.messages[i]
         key = note_key(m)
-        if key is None or cache.get(key) is not None:
+        if key is None or m.digest not in long or cache.get(key) is not None:
             continue
-        if sum(len(p.text) for p in m.parts if p.kind in TEXTUAL_KINDS) < LONG_TEXT:
-            continue  # searched where it is asked, at once
         search = note_search(m)
         while True:
             try:
