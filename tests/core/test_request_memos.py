@@ -88,6 +88,14 @@ def test_summary_test_with_the_lost_words_given_is_the_same(candidate: str, lost
     )
 
 
+def _classify_counting_words(monkeypatch, before, after):  # type: ignore[no-untyped-def]
+    """``classify(before, after)`` and every text whose content words it read."""
+    read: list[str] = []
+    real = transition._content_words
+    monkeypatch.setattr(transition, "_content_words", lambda t: read.append(t) or real(t))
+    return transition.classify(before, after), read
+
+
 def test_a_replaced_tail_reads_the_lost_text_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # the client drops an earlier reply and the turn after it and sends two messages of
     # its own: both are candidates for a summary of the lost messages, whose words are
@@ -98,10 +106,7 @@ def test_a_replaced_tail_reads_the_lost_text_once(monkeypatch) -> None:  # type:
     after = _snap("s", [("user", "deploy the api and keep the rollback target"),
                         ("assistant", "checking the api deployment status and rollout history first"),
                         ("user", "the api deployment rollout is waiting on release approval")])
-    read: list[str] = []
-    real = transition._content_words
-    monkeypatch.setattr(transition, "_content_words", lambda t: read.append(t) or real(t))
-    t = transition.classify(before, after)
+    t, read = _classify_counting_words(monkeypatch, before, after)
     lost_text = "\n".join(m.text for m in before.messages[1:])
     assert t.lost == (1, 2, 3) and read.count(lost_text) == 1 and len(read) == 3
 
@@ -114,10 +119,7 @@ def test_a_replaced_last_turn_alone_reads_no_lost_text(monkeypatch) -> None:  # 
     after = _snap("s", [("user", "deploy the api and keep the rollback target"),
                         ("assistant", "checking the api deployment status and rollout history first"),
                         ("user", "the api deployment rollout is waiting on release approval")])
-    read: list[str] = []
-    real = transition._content_words
-    monkeypatch.setattr(transition, "_content_words", lambda t: read.append(t) or real(t))
-    t = transition.classify(before, after)
+    t, read = _classify_counting_words(monkeypatch, before, after)
     assert t.lost == (1,) and t.kind != "summarize" and read == []
 
 
