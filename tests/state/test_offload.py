@@ -6,6 +6,7 @@ from __future__ import annotations
 from proxy.core.redaction import redact_secrets, secret_spans
 from proxy.state import offload
 from proxy.state.records import stored_text
+from tests.support.scheduling import ordinary_scheduling
 
 
 def test_a_text_over_the_threshold_is_scanned_in_the_worker_with_the_same_result() -> None:
@@ -28,6 +29,7 @@ def _worker_pids(worker: offload._Worker) -> list[int]:
     return list(getattr(pool, "_processes", None) or {}) if pool is not None else []
 
 
+@ordinary_scheduling
 def test_prestart_starts_both_workers_at_their_lower_priority() -> None:
     import os
 

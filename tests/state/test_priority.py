@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from proxy.state import priority
+from tests.support.scheduling import ordinary_scheduling
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
 
@@ -21,6 +22,7 @@ def _in_thread(fn: object) -> object:
 
 
 @linux
+@ordinary_scheduling
 def test_idle_policy_applies_to_the_calling_thread_only() -> None:
     def run() -> tuple[bool, int]:
         return priority.idle_policy(), os.sched_getscheduler(0)
@@ -32,6 +34,7 @@ def test_idle_policy_applies_to_the_calling_thread_only() -> None:
 
 
 @linux
+@ordinary_scheduling
 def test_idle_policy_of_another_thread_by_its_id() -> None:
     started, stop = threading.Event(), threading.Event()
     tid: list[int] = []
