@@ -24,9 +24,7 @@ from ..core.interventions.summary import (
     response_text,
 )
 from ..core.interventions.tripwire import (
-    Checker,
     Hallucination,
-    ToolCallStreamGuard,
     TripwireAction,
     annotate_json,
     block_json,
@@ -35,6 +33,7 @@ from ..core.interventions.tripwire import (
     suggested_calls,
     tool_calls_of_json,
 )
+from ..core.interventions.tripwire_stream import Checker, ToolCallStreamGuard
 from ..server.hooks import ResponseTap
 
 log = logging.getLogger("compaction_gate.gate")

@@ -31,7 +31,7 @@ from ..chat_calls import ChatToolCalls, piece_index
 from ..responses import anthropic_blocks
 from .recall import RESPONSES_CALLS, RecallApi, note_item, sum_usage, without_tool
 from .sse import parse_event, render_event
-from .tripwire import message_item_events
+from .tripwire_stream import message_item_events
 
 __all__ = ["RoundEnd", "RoundMerger", "merger_for"]
 

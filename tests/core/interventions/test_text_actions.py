@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from proxy.core.interventions.sse import parse_event, render_event
 from proxy.core.interventions.text_actions import commands_in_text
-from proxy.core.interventions.tripwire import ToolCallStreamGuard, block_json, suggested_calls
+from proxy.core.interventions.tripwire import block_json, suggested_calls
+from proxy.core.interventions.tripwire_stream import ToolCallStreamGuard
 from tests.core.interventions.test_tripwire import _run, check
 
 INVENTED, KNOWN = "0123456789ab", "3f9a1c2b7d4e"

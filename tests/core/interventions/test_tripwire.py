@@ -8,12 +8,12 @@ import re
 from proxy.core.interventions.sse import parse_event, render_event
 from proxy.core.interventions.tripwire import (
     ToolCall,
-    ToolCallStreamGuard,
     annotate_json,
     block_json,
     find_hallucinations,
     tool_calls_of_json,
 )
+from proxy.core.interventions.tripwire_stream import ToolCallStreamGuard
 
 HEX12 = re.compile(r"\b[0-9a-f]{12}\b")
 
