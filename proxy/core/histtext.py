@@ -23,7 +23,7 @@ from typing import TypeVar, cast
 
 from .messages import TEXTUAL_KINDS, Message, Snapshot, tools_text
 
-__all__ = ["content_heads", "content_keys", "joined_text", "long_messages", "visible_text"]
+__all__ = ["content_heads", "content_keys", "is_long", "joined_text", "long_messages", "visible_text"]
 
 #: How many trailing messages a request may add to a remembered one and still extend it.
 REACH = 8
@@ -133,15 +133,21 @@ def content_heads(
 _LONG: dict[int, _Prefixed] = {}
 
 
+def is_long(m: Message, min_chars: int) -> bool:
+    """Whether ``m`` has a textual part of ``min_chars`` characters or more (a message
+    :func:`long_messages` names): a question about one message, for a caller that needs
+    it of a few (the remembered set of a history is found by a prefix of it, and a
+    previous history — the last request plus its reply — is often no prefix of the next)."""
+    return any(p.kind in TEXTUAL_KINDS and len(p.text) >= min_chars for p in m.parts)
+
+
 def long_messages(digests: tuple[str, ...], msgs: Sequence[Message], min_chars: int) -> frozenset[str]:
     """The digests of the messages of ``msgs`` (whose digests are ``digests``) with a
     textual part of ``min_chars`` characters or more (usually none: a request's next
     one is answered from its new messages)."""
 
     def build(ms: Sequence[Message]) -> frozenset[str]:
-        return frozenset(
-            m.digest for m in ms if any(p.kind in TEXTUAL_KINDS and len(p.text) >= min_chars for p in m.parts)
-        )
+        return frozenset(m.digest for m in ms if is_long(m, min_chars))
 
     cache = _LONG.get(min_chars) or _LONG.setdefault(min_chars, _Prefixed())
     return cache.get(digests, msgs, build, lambda s, ms: s | build(ms), lambda s: True)

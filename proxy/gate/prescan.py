@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 
-from proxy.core.histtext import long_messages
+from proxy.core.histtext import is_long, long_messages
 from proxy.core.identifiers.catalog import Catalog
 from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
 from proxy.core.identifiers.longscan import long_scans
@@ -81,14 +81,16 @@ async def prenote_lost(previous: Snapshot, transition: Transition, cache: ScanCa
     at a time — the loop serves other work between slices — and put in ``cache``; how
     many answers were put there."""
     done = 0
-    lost = [i for i in _lost(transition) if i < len(previous.messages)]
-    # the history's long messages, as the identifier prescan finds them (remembered per
-    # history); the others are searched where the analysis asks, at once
-    long = long_messages(previous.digests, previous.messages, LONG_TEXT) if lost else frozenset()
-    for i in lost:
+    for i in _lost(transition):
+        if i >= len(previous.messages):
+            continue
         m = previous.messages[i]
         key = note_key(m)
-        if key is None or m.digest not in long or cache.get(key) is not None:
+        # a long message as the identifier prescan defines it, asked of the lost message
+        # only (the history's remembered set missed on every replaced reply: its previous
+        # history is no prefix of the next one's); the others are searched where the
+        # analysis asks, at once
+        if key is None or not is_long(m, LONG_TEXT) or cache.get(key) is not None:
             continue
         search = note_search(m)
         while True:

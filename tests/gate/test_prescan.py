@@ -274,3 +274,48 @@ def test_a_lost_long_text_is_searched_for_the_gate_note_between_other_work(monke
         assert analysis.settled_safe(before, after, t) == expected  # the same answer,
         assert read == []  # read from the cache: the long text not searched again
     extract.DEFAULT_CACHE.clear()
+
+
+class _ReadParts(tuple):  # type: ignore[type-arg]
+    """A message's parts that note which message had them read (iterated)."""
+
+    read: list[int]
+    at: int
+
+    def __iter__(self) -> Iterator[Any]:
+        self.read.append(self.at)
+        return super().__iter__()
+
+
+def test_the_gate_note_prescan_reads_the_lost_messages_only() -> None:
+    # which lost messages are long is asked of them, not of the whole previous history:
+    # the history's remembered set of long messages (histtext.long_messages) missed on
+    # every replaced reply — the previous history, the last request plus its reply, is
+    # no prefix of the next — and was built anew from every message of it
+    from proxy.core import histtext
+    from proxy.core.messages import Message
+    from proxy.core.transition import classify
+
+    read: list[int] = []
+
+    def counted(m: Message, at: int) -> Message:
+        parts = _ReadParts(m.parts)
+        parts.read, parts.at = read, at
+        return Message(m.role, parts, m.name, m.digest)
+
+    history = [make_message("user" if i % 2 else "assistant", [Part("text", f"step {i} of the task")]) for i in range(40)]
+    for long_reply in (False, True):
+        extract.DEFAULT_CACHE.clear()
+        reply = make_message("assistant", [Part("text", ("x" * LONG) if long_reply else "a short reply")])
+        mine = make_message("assistant", [Part("text", "my own next step")])
+        before = Snapshot("openai", "", tuple(counted(m, i) for i, m in enumerate([*history, reply])))
+        after = Snapshot("openai", "", (*before.messages[:-1], mine))
+        t = classify(before, after)
+        assert list(t.lost_region) == [40]
+        read.clear()
+        assert asyncio.run(prescan_mod.prenote_lost(before, t)) == int(long_reply)
+        assert set(read) <= {40}
+        # the same messages as the history's long set names
+        assert {i for i in t.lost_region if before.messages[i].digest in histtext.long_messages(
+            before.digests, before.messages, prescan_mod.LONG_TEXT)} == ({40} if long_reply else set())
+    extract.DEFAULT_CACHE.clear()
