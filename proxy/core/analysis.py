@@ -40,7 +40,8 @@ from .signals import (
     quiet_signals,
     required_norms,
 )
-from .transition import SummarizeRequest, Transition, classify, detect_summarize_request
+from .summarize_request import SummarizeRequest, detect_summarize_request
+from .transition import Transition, classify
 
 Verdict = Literal["safe", "destructive"]
 

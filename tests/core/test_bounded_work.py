@@ -17,7 +17,7 @@ from proxy.core import messages as messages_mod
 from proxy.core import transition as transition_mod
 from proxy.core.markers import MARKER_WINDOW, default_markers, marker_view
 from proxy.core.messages import Message, Part, Snapshot, make_message
-from proxy.core.transition import detect_summarize_request
+from proxy.core.summarize_request import detect_summarize_request
 
 # any code point, lone surrogates included (a JSON request may carry "\ud800")
 TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=300)

@@ -8,12 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core import markers as markers_mod
-from proxy.core import transition
+from proxy.core import summarize_request, transition
 from proxy.core.analysis import analyze
 from proxy.core.markers import NO_MARKERS, default_markers
 from proxy.core.messages import from_openai_chat
 from proxy.core.signals import quiet_signals
-from proxy.core.transition import _detect_summarize_request, _last_user, detect_summarize_request
+from proxy.core.summarize_request import (
+    _detect_summarize_request,
+    _last_user,
+    detect_summarize_request,
+)
 
 _TEXTS = st.sampled_from([
     "continue",
@@ -53,8 +57,8 @@ def test_the_check_of_a_known_last_user_message_reads_no_text(monkeypatch) -> No
     turns = [("user", "go"), ("assistant", "ok"), ("user", "continue"), ("assistant", "working")]
     first = detect_summarize_request(_snap("sys", turns), markers)
     folded: list[str] = []
-    real = transition.fold
-    monkeypatch.setattr(transition, "fold", lambda t: folded.append(t) or real(t))
+    real = summarize_request.fold
+    monkeypatch.setattr(summarize_request, "fold", lambda t: folded.append(t) or real(t))
     # the next request: the same last user message and system prompt, two more messages
     again = detect_summarize_request(_snap("sys", [*turns, ("assistant", "done"), ("assistant", "more")]), markers)
     assert again == first and folded == []

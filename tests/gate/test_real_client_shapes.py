@@ -17,7 +17,8 @@ from proxy.config import StateSettings
 from proxy.core.markers import default_markers, fold
 from proxy.core.messages import from_body
 from proxy.core.signals import default_obligations
-from proxy.core.transition import classify, detect_summarize_request
+from proxy.core.summarize_request import detect_summarize_request
+from proxy.core.transition import classify
 from proxy.core.volatile import stable_system
 from proxy.gate.identity import explicit_id
 from tests.e2e.stack import GateStack
