@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core import messages as messages_mod
+from proxy.core import moved as moved_mod
 from proxy.core import transition as transition_mod
 from proxy.core.markers import MARKER_WINDOW, default_markers, marker_view
 from proxy.core.messages import Message, Part, Snapshot, make_message
@@ -86,7 +87,7 @@ def test_an_agents_marker_framing_a_megabyte_paste_is_found_and_one_only_in_its_
 
 
 def _norm_head_whole(m: Message) -> tuple[str, str]:
-    return m.role, " ".join(m.text.split())[:transition_mod._NORM_HEAD]
+    return m.role, " ".join(m.text.split())[:moved_mod._NORM_HEAD]
 
 
 @pytest.mark.parametrize("name, whole", [("_head_key", _head_key_whole), ("_norm_head", _norm_head_whole)])
@@ -98,8 +99,8 @@ def test_a_key_of_a_texts_start_read_piece_by_piece_is_the_whole_texts(
     """The first-line key of a message, and the start of its text up to whitespace."""
     m = make_message("user", [Part("text", text)])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(transition_mod, "_HEAD_READ", read)
-        key = getattr(transition_mod, name)(m)
+        mp.setattr(moved_mod, "_HEAD_READ", read)
+        key = getattr(moved_mod, name)(m)
     assert key == whole(m)
 
 
@@ -109,14 +110,14 @@ def _only_moved_whole(before: Snapshot, after: Snapshot, lost_idx: set[int]) -> 
     present = {key(n) for n in after.messages}
     old_keys = {key(m) for m in before.messages}
     fresh = [n for n in after.messages if not (n.tool_results or n.tool_calls) and key(n) not in old_keys]
-    heads = {transition_mod._head_key(x) for x in fresh}
+    heads = {moved_mod._head_key(x) for x in fresh}
     for i in lost_idx:
         m = before.messages[i]
         if key(m) in present:
             continue
-        if m.tool_results or m.tool_calls or transition_mod._head_key(m) not in heads:
+        if m.tool_results or m.tool_calls or moved_mod._head_key(m) not in heads:
             return None
-        twin = next(n for n in fresh if transition_mod._head_key(n) == transition_mod._head_key(m))
+        twin = next(n for n in fresh if moved_mod._head_key(n) == moved_mod._head_key(m))
         if not 0.5 <= (len(twin.text) + 1) / (len(m.text) + 1) <= 2.0:
             return None
     return "moved"
@@ -135,8 +136,8 @@ def test_a_message_found_moved_by_digest_or_head_is_found_as_by_its_whole_text(
     after = Snapshot("openai", "", tuple(make_message(r, [Part("text", t)]) for r, t in new))
     lost = data.draw(st.sets(st.integers(0, len(old) - 1), min_size=1))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(transition_mod, "_NORM_HEAD", data.draw(st.integers(1, 4)))  # heads alike, texts not
-        got = transition_mod._only_moved(before, after, lost, None)
+        mp.setattr(moved_mod, "_NORM_HEAD", data.draw(st.integers(1, 4)))  # heads alike, texts not
+        got = moved_mod._only_moved(before, after, lost, None)
     assert (got is not None) == (_only_moved_whole(before, after, lost) is not None)
 
 
@@ -149,9 +150,9 @@ def test_a_resent_request_keys_no_long_text_whole(monkeypatch: pytest.MonkeyPatc
     before = Snapshot("openai", "", (user, make_message("assistant", [Part("text", "B" * 300_000)])))
     after = Snapshot("openai", "", (user,))
     keyed: list[int] = []
-    real = transition_mod._content_key
-    monkeypatch.setattr(transition_mod, "_KEYS", {})
-    monkeypatch.setattr(transition_mod, "_content_key", lambda m: keyed.append(len(m.text)) or real(m))
+    real = moved_mod._content_key
+    monkeypatch.setattr(moved_mod, "_KEYS", {})
+    monkeypatch.setattr(moved_mod, "_content_key", lambda m: keyed.append(len(m.text)) or real(m))
     t = transition_mod.classify(before, after)
     assert t.kind == "fork" and t.lost_region == (1,)
     assert keyed == []
@@ -175,5 +176,5 @@ def test_the_first_line_key_of_a_long_single_line_searches_only_its_start() -> N
     for text in ("w" * (1 << 22), "  " + "word " * (1 << 20), "x" * 5000 + "\nrest"):
         _Searched.spans = []
         m = make_message("assistant", [Part("text", _Searched(text))])
-        assert transition_mod._head_key(m) == _head_key_whole(m)
-        assert _Searched.spans and max(_Searched.spans) <= transition_mod._HEAD_READ
+        assert moved_mod._head_key(m) == _head_key_whole(m)
+        assert _Searched.spans and max(_Searched.spans) <= moved_mod._HEAD_READ

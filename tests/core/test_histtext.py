@@ -24,7 +24,7 @@ _STEP = st.tuples(st.integers(0, 3), st.lists(_MSG, max_size=4))
 
 
 def _key(m: object) -> object:
-    from proxy.core.transition import _content_key
+    from proxy.core.moved import _content_key
 
     return _content_key(m)  # type: ignore[arg-type]
 
