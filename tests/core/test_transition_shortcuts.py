@@ -10,6 +10,7 @@ from difflib import SequenceMatcher
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core import alignment as A
 from proxy.core import transition as T
 
 _DIGESTS = st.lists(st.sampled_from("abcde"), max_size=8)
@@ -27,7 +28,7 @@ def _blocks_by_difflib(old: list[str], new: list[str], p: int) -> list[tuple[int
                 blocks.append((p + a, p + b, size))
     if s:
         blocks.append((len(old) - s, len(new) - s, s))
-    return T._merged(blocks)
+    return A._merged(blocks)
 
 
 @given(prefix=_DIGESTS, old=_DIGESTS, new=_DIGESTS)
@@ -36,7 +37,7 @@ def test_blocks_equal_difflibs(prefix: list[str], old: list[str], new: list[str]
     p = 0
     while p < min(len(a), len(b)) and a[p] == b[p]:
         p += 1
-    assert T._blocks(a, b, p) == _blocks_by_difflib(a, b, p)
+    assert A._blocks(a, b, p) == _blocks_by_difflib(a, b, p)
 
 
 @given(prefix=_DIGESTS, one=st.sampled_from("abcde"), other=_DIGESTS, flip=st.booleans())
@@ -45,7 +46,7 @@ def test_blocks_of_a_one_message_side_equal_difflibs(prefix: list[str], one: str
     p = 0
     while p < min(len(a), len(b)) and a[p] == b[p]:
         p += 1
-    assert T._blocks(a, b, p) == _blocks_by_difflib(a, b, p)
+    assert A._blocks(a, b, p) == _blocks_by_difflib(a, b, p)
 
 
 @given(text=st.text(alphabet=st.sampled_from("abcXYZ_- -.\nKİßé0123"), max_size=80))
