@@ -25,12 +25,15 @@ one (reset > summarize > truncate > fork > mask > edit > append).
 
 Cost: the append path compares digests only (no text is read); the general alignment
 (``difflib`` over digests) runs only when the request does not extend the history.
+
+Its parts live apart: the digest alignment in ``alignment.py``, the test whether lost
+messages only moved in ``moved.py``, the marker-free summary test in ``restatement.py``.
+Whether a request alone *is* a summarization call is asked in ``summarize_request.py``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +42,7 @@ from .markers import NO_MARKERS, Markers, fold
 from .messages import Message, Part, Snapshot, is_opaque_summary
 from .moved import _only_moved
 from .prefix import common_prefix
+from .restatement import _content_words, looks_like_summary
 from .volatile import stable_system
 
 TransitionKind = Literal["append", "summarize", "truncate", "mask", "edit", "fork", "reset"]
@@ -187,43 +191,6 @@ def _pair_change(
         changed.extend(k for k, _ in old_prose)
     text_only = prose_changed and len(changed) == len(old_prose)
     return Change(oi, ni, kind, tuple(sorted(changed))), agent, text_only
-
-
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{3,}")
-_STOP = frozenset(
-    ["this", "that", "with", "from", "have", "been", "were", "will", "would", "should", "could", "there", "their", "they", "them", "then", "than", "what", "when", "where", "which", "while", "your", "yours", "into", "onto", "over", "under", "about", "after", "before", "again", "also", "just", "only", "some", "such", "very", "more", "most", "other", "each", "both", "here", "does", "done", "make", "made", "like", "need", "please", "thanks", "thank", "okay", "sure", "let's", "want", "know"]
-)
-
-
-def _content_words(text: str) -> set[str]:
-    if text.isascii():  # lower-casing first finds the same words (one C call, not one per word)
-        return set(_WORD.findall(text.lower())) - _STOP
-    return {w.lower() for w in _WORD.findall(text)} - _STOP
-
-
-def looks_like_summary(
-    candidate: str, lost_text: str, markers: Markers = NO_MARKERS, lost_words: Callable[[], set[str]] | None = None
-) -> bool:
-    """Generic, marker-free test: does *candidate* restate the lost text?
-
-    A summary reuses the vocabulary of what it summarizes (task nouns, file names, tools,
-    identifiers); a new task mostly does not. Saying "summary" / "so far" lowers the bar.
-    ``lost_words``: the content words of ``lost_text``, when the caller has them (one
-    classification asks about several candidates against the same lost text).
-    """
-    words = _content_words(candidate)
-    if len(words) < 3:
-        return False
-    shared = len(words & (lost_words() if lost_words is not None else _content_words(lost_text)))
-    frac = shared / len(words)
-    if frac >= 0.5 or (shared >= 8 and frac >= 0.15):
-        return True
-    if shared < 3:
-        return False
-    folded = fold(candidate)  # saying "summary" / "so far" lowers the bar
-    return any(w in folded for w in markers.summarize_words) or any(
-        w in folded for w in ("summary", "summarize", "summarise", "previous", "continued", "so far")
-    )
 
 
 def last_turn_start(messages: Sequence[Message]) -> int:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core import markers as markers_mod
-from proxy.core import summarize_request, transition
+from proxy.core import restatement, summarize_request, transition
 from proxy.core.analysis import analyze
 from proxy.core.markers import NO_MARKERS, default_markers
 from proxy.core.messages import from_openai_chat
@@ -87,16 +87,18 @@ def test_quiet_signals_are_shared_and_quiet() -> None:
 @settings(max_examples=100, deadline=None)
 @given(candidate=_TEXTS, lost=_TEXTS)
 def test_summary_test_with_the_lost_words_given_is_the_same(candidate: str, lost: str) -> None:
-    assert transition.looks_like_summary(candidate, lost, lost_words=lambda: transition._content_words(lost)) == (
-        transition.looks_like_summary(candidate, lost)
+    assert restatement.looks_like_summary(candidate, lost, lost_words=lambda: restatement._content_words(lost)) == (
+        restatement.looks_like_summary(candidate, lost)
     )
 
 
 def _classify_counting_words(monkeypatch, before, after):  # type: ignore[no-untyped-def]
     """``classify(before, after)`` and every text whose content words it read."""
     read: list[str] = []
-    real = transition._content_words
-    monkeypatch.setattr(transition, "_content_words", lambda t: read.append(t) or real(t))
+    real = restatement._content_words
+    counting = lambda t: read.append(t) or real(t)
+    monkeypatch.setattr(restatement, "_content_words", counting)  # the candidates' words
+    monkeypatch.setattr(transition, "_content_words", counting)  # the lost text's words
     return transition.classify(before, after), read
 
 

@@ -11,12 +11,9 @@ from hypothesis import strategies as st
 
 from proxy.core.markers import NO_MARKERS, default_markers
 from proxy.core.messages import Message, Snapshot, from_any, from_body, from_openai_chat
+from proxy.core.restatement import looks_like_summary
 from proxy.core.summarize_request import _last_user, detect_summarize_request
-from proxy.core.transition import (
-    classify,
-    looks_like_summary,
-    same_reply,
-)
+from proxy.core.transition import classify, same_reply
 from tests.support.conversations import (
     MASK_STYLES,
     STYLES,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.core import alignment as A
-from proxy.core import transition as T
+from proxy.core import restatement as R
 
 _DIGESTS = st.lists(st.sampled_from("abcde"), max_size=8)
 
@@ -51,16 +51,16 @@ def test_blocks_of_a_one_message_side_equal_difflibs(prefix: list[str], one: str
 
 @given(text=st.text(alphabet=st.sampled_from("abcXYZ_- -.\nKİßé0123"), max_size=80))
 def test_content_words_are_the_words_lower_cased(text: str) -> None:
-    assert T._content_words(text) == {w.lower() for w in T._WORD.findall(text)} - T._STOP
+    assert R._content_words(text) == {w.lower() for w in R._WORD.findall(text)} - R._STOP
 
 
 def _looks_like_summary_in_full(candidate: str, lost_text: str) -> bool:
-    words = T._content_words(candidate)
+    words = R._content_words(candidate)
     if len(words) < 3:
         return False
-    shared = len(words & T._content_words(lost_text))
+    shared = len(words & R._content_words(lost_text))
     frac = shared / len(words)
-    folded = T.fold(candidate)
+    folded = R.fold(candidate)
     says = any(w in folded for w in ("summary", "summarize", "summarise", "previous", "continued", "so far"))
     return frac >= 0.5 or (shared >= 8 and frac >= 0.15) or (says and shared >= 3)
 
@@ -71,7 +71,7 @@ _VOCAB = st.sampled_from(["deploy", "rollout", "status", "summary", "previous", 
 
 @given(candidate=st.lists(_VOCAB, max_size=20).map(" ".join), lost=st.lists(_VOCAB, max_size=30).map(" ".join))
 def test_the_summary_test_is_unchanged(candidate: str, lost: str) -> None:
-    assert T.looks_like_summary(candidate, lost) == _looks_like_summary_in_full(candidate, lost)
+    assert R.looks_like_summary(candidate, lost) == _looks_like_summary_in_full(candidate, lost)
 
 
 def test_a_repeated_short_command_is_classified_once() -> None:
