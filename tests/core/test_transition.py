@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.dialects import from_any, from_body, from_openai_chat
 from proxy.core.markers import NO_MARKERS, default_markers
-from proxy.core.messages import Message, Snapshot, from_any, from_body, from_openai_chat
+from proxy.core.messages import Message, Snapshot
 from proxy.core.transition import (
     _last_user,
     classify,
