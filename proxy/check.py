@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .core.analysis import Analysis, analyze
+from .core.dialects import from_any
 from .core.diff import LostBinding
 from .core.markers import Markers, MarkersError, default_markers, load_markers
-from .core.messages import MessageFormatError, Snapshot, from_any
+from .core.messages import MessageFormatError, Snapshot
 from .core.signals import ObligationRule, default_obligations
 
 EXIT_SAFE = 0

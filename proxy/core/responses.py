@@ -22,13 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.chat_calls import ChatToolCalls
-from proxy.core.messages import (
-    Message,
-    MessageFormatError,
-    from_anthropic,
-    from_openai_chat,
-    from_openai_responses,
-)
+from proxy.core.dialects import from_anthropic, from_openai_chat, from_openai_responses
+from proxy.core.messages import Message, MessageFormatError
 
 __all__ = ["Reply", "StreamAssembler", "Usage", "reply_from_json", "usage_from"]
 

@@ -14,7 +14,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from proxy.core.lineage import LineageIndex, line_fingerprints
+from proxy.core.lineage import line_fingerprints
+from proxy.core.lineage_index import LineageIndex
 from proxy.core.markers import Markers, fold, marker_view
 from proxy.core.messages import Message, Snapshot
 from proxy.gate.normalize import text_hash

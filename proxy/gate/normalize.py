@@ -13,7 +13,7 @@ look-up by the identity of an item finds it without comparing the body with ever
 conversation of the namespace; bodies parsed otherwise fall back to comparing.
 
 Contract: the result is always identical (same messages, same digests, same system and
-tools) to ``proxy.core.messages.from_body(api, body)`` — the fast path is an
+tools) to ``proxy.core.dialects.from_body(api, body)`` — the fast path is an
 optimisation only (tested against the full path).
 """
 
@@ -25,15 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.messages import (
-    Message,
-    Snapshot,
-    from_anthropic,
-    from_body,
-    openai_chat_tail,
-    openai_responses_tail,
-    tools_text,
-)
+from proxy.core.dialects import from_anthropic, from_body, openai_chat_tail, openai_responses_tail
+from proxy.core.messages import Message, Snapshot, tools_text
 from proxy.core.volatile import stable_system
 
 __all__ = ["IncrementalNormalizer", "Normalized", "text_hash"]

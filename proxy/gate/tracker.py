@@ -46,7 +46,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from proxy.accounting import ModelInfo, TokenAccounting
-from proxy.core.lineage import LineageIndex, Match, Probe, Relation, commonplace, match
+from proxy.core.lineage import Match, Relation, commonplace, match
+from proxy.core.lineage_index import LineageIndex, Probe
 from proxy.core.markers import Markers, default_markers
 from proxy.core.messages import Message, MessageFormatError, Snapshot
 from proxy.core.prefix import common_prefix

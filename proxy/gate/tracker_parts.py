@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proxy.accounting import TokenAccounting
-from proxy.core.lineage import History, LineageIndex
+from proxy.core.lineage_index import History, LineageIndex
 from proxy.core.messages import Message
 from proxy.gate.budget import MemoryBudget
 from proxy.gate.hints import LineMemory, RequestHints

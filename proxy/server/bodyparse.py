@@ -24,8 +24,9 @@ import asyncio
 from typing import Any
 
 from proxy.core import bodyrefs
+from proxy.core.dialects import from_any
 from proxy.core.jsonbody import BodyCache, Decoded, decode_part
-from proxy.core.messages import Message, from_any, has_long_text, remember_digests
+from proxy.core.messages import Message, has_long_text, remember_digests
 from proxy.server import filled
 from proxy.state import offload
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core import bodyrefs
-from proxy.core.messages import from_any
+from proxy.core.dialects import from_any
 
 LONG = bodyrefs.MIN_CHARS
 

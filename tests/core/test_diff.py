@@ -9,9 +9,10 @@ import pytest
 
 from proxy.core import analysis as analysis_mod
 from proxy.core.analysis import analyze
+from proxy.core.dialects import from_openai_chat
 from proxy.core.diff import SourceRef, VisibleText, diff_identifiers
 from proxy.core.identifiers.model import SYSTEM_INDEX, Identifier, Source, fingerprint
-from proxy.core.messages import Snapshot, from_openai_chat
+from proxy.core.messages import Snapshot
 from proxy.core.signals import Obligation, default_obligations
 
 FULL = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4"

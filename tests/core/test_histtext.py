@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core import histtext
-from proxy.core.messages import Snapshot, from_openai_chat
+from proxy.core.dialects import from_openai_chat
+from proxy.core.messages import Snapshot
 
 _TEXT = st.sampled_from(["", "ok", "run the migration", "  spaced   out  ", "rev 1a2b3c4d5e6f", "line\nbreak"])
 _MSG = st.one_of(

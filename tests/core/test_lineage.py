@@ -6,15 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.lineage import (
-    History,
-    LineageIndex,
-    Probe,
-    commonplace,
-    line_fingerprints,
-    match,
-    relate,
-)
+from proxy.core.lineage import commonplace, line_fingerprints, match, relate
+from proxy.core.lineage_index import History, LineageIndex, Probe
 from proxy.core.messages import Part, make_message
 
 SYS = "sys-hash"
@@ -211,7 +204,7 @@ def test_long_histories_match_through_sampling() -> None:
 def test_extension_found_among_many_conversations_sharing_its_head() -> None:
     """Sub-agents started from one prompt share their first messages: the request is
     matched to the one whose history it extends, also past the sampled candidates."""
-    from proxy.core.lineage import MAX_CANDIDATES
+    from proxy.core.lineage_index import MAX_CANDIDATES
 
     head = d("sys", "task")
     siblings = [hist(f"S{i}", head + d(*[f"s{i}-{j}" for j in range(5)]), seen=float(i)) for i in range(40)]
@@ -226,7 +219,7 @@ def test_extension_found_among_many_conversations_sharing_its_head() -> None:
 
 
 def test_heads_shared_too_widely_fall_back_to_sampled_postings() -> None:
-    from proxy.core.lineage import MAX_HEAD_SHARE
+    from proxy.core.lineage_index import MAX_HEAD_SHARE
 
     head = d("sys", "task")
     crowd = [hist(f"C{i}", head + d(f"c{i}"), seen=float(i)) for i in range(MAX_HEAD_SHARE + 1)]

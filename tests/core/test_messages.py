@@ -9,19 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.core.messages import (
-    MessageFormatError,
-    Part,
+from proxy.core.dialects import (
     from_anthropic,
     from_any,
     from_body,
     from_openai_chat,
     from_openai_responses,
-    make_message,
     openai_chat_tail,
     openai_responses_tail,
-    text_message,
 )
+from proxy.core.messages import MessageFormatError, Part, make_message, text_message
 
 OPENAI_CHAT = {
     "model": "gpt-4o",

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.analysis import Analysis, analyze
-from proxy.core.messages import from_any
+from proxy.core.dialects import from_any
 from tests.support.conversations import Conversation, ToolCall, Turn, pasted, scrub
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from proxy.core import markers as markers_mod
 from proxy.core import restatement, summarize_request, transition
 from proxy.core.analysis import analyze
+from proxy.core.dialects import from_openai_chat
 from proxy.core.markers import NO_MARKERS, default_markers
-from proxy.core.messages import from_openai_chat
 from proxy.core.signals import quiet_signals
 from proxy.core.summarize_request import (
     _detect_summarize_request,

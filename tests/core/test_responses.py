@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.core.messages import from_anthropic, from_openai_chat, from_openai_responses
+from proxy.core.dialects import from_anthropic, from_openai_chat, from_openai_responses
 from proxy.core.responses import StreamAssembler, reply_from_json, usage_from
 from tests.support.fake_upstream import FakeUpstream, Reply, ToolCall
 

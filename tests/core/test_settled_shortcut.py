@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from proxy.core import analysis
 from proxy.core.analysis import settled_safe
+from proxy.core.dialects import from_body
 from proxy.core.diff import VisibleText
 from proxy.core.identifiers.extract import extract_messages
-from proxy.core.messages import Snapshot, from_body
+from proxy.core.messages import Snapshot
 from proxy.core.signals import default_obligations
 from proxy.core.transition import classify
 from proxy.policy.loader import load_policy

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.dialects import from_any, from_body, from_openai_chat
 from proxy.core.markers import NO_MARKERS, default_markers
-from proxy.core.messages import Message, Snapshot, from_any, from_body, from_openai_chat
+from proxy.core.messages import Message, Snapshot
 from proxy.core.restatement import looks_like_summary
 from proxy.core.summarize_request import _last_user, detect_summarize_request
 from proxy.core.transition import classify, same_reply

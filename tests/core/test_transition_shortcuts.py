@@ -77,8 +77,8 @@ def test_the_summary_test_is_unchanged(candidate: str, lost: str) -> None:
 def test_a_repeated_short_command_is_classified_once() -> None:
     import json
 
+    from proxy.core.dialects import from_body
     from proxy.core.identifiers import extract as E
-    from proxy.core.messages import from_body
 
     cache = E.ScanCache()
     calls: list[str] = []

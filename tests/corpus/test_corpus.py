@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 import pytest
 
 from proxy.core.analysis import analyze
+from proxy.core.dialects import from_any
 from proxy.core.markers import default_markers
-from proxy.core.messages import from_any
 from tests.corpus.generate import generate
 from tests.support.conversations import TASKS
 

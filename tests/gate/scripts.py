@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from proxy.core.lineage import LineageIndex
+from proxy.core.lineage_index import LineageIndex
 from proxy.gate.tracker import Observation, Tracker
 from proxy.state import MemoryStore
 from tests.gate.conftest import exchange

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.accounting import LOOP_EXACT_CHARS, MAX_EXACT_CHARS, MESSAGE_OVERHEAD, TokenAccounting
-from proxy.core.messages import from_body
+from proxy.core.dialects import from_body
 from proxy.core.responses import reply_from_json
 from proxy.gate.tracker import Tracker
 from proxy.server.hooks import Exchange

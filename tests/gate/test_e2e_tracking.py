@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from proxy.core.messages import from_body
+from proxy.core.dialects import from_body
 from proxy.gate.tracker import Tracker
 from proxy.gate.tracking import TrackingInterceptor
 from proxy.state import MemoryStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
-from proxy.core.messages import from_body
+from proxy.core.dialects import from_body
 from proxy.gate.tracking import TrackingInterceptor
 from proxy.state import SQLiteStore
 from tests.gate.conftest import exchange

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.messages import from_body
+from proxy.core.dialects import from_body
 from proxy.gate.normalize import IncrementalNormalizer, _by_comparison
 
 _item = st.one_of(

@@ -62,7 +62,7 @@ def test_a_resent_request_compares_each_remembered_item_once() -> None:
     # a resend: equal items, other objects (a 10 MB text compared is ~1 ms of the loop)
     from collections import OrderedDict
 
-    from proxy.core.messages import from_body
+    from proxy.core.dialects import from_body
     from proxy.gate.normalize import Normalized, _by_comparison, _Entry
 
     for k in (1, 2, 3, 5):

@@ -14,8 +14,8 @@ import openai
 import pytest
 
 from proxy.config import StateSettings
+from proxy.core.dialects import from_body
 from proxy.core.markers import default_markers, fold
-from proxy.core.messages import from_body
 from proxy.core.signals import default_obligations
 from proxy.core.summarize_request import detect_summarize_request
 from proxy.core.transition import classify

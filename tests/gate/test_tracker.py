@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.messages import from_body
+from proxy.core.dialects import from_body
 from proxy.gate.normalize import IncrementalNormalizer
 from proxy.gate.tracker import Tracker, TrackerConfig
 from proxy.gate.tracking import TrackingInterceptor

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.analysis import analyze, settled_safe
+from proxy.core.dialects import from_body
 from proxy.core.identifiers import extract as extract_mod
-from proxy.core.messages import from_body
 from proxy.core.transition import classify, within_last_turn
 from proxy.policy.loader import load_policy
 from proxy.policy.obligations import PolicyObligations

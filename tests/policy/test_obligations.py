@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 
 from proxy.core.analysis import analyze
+from proxy.core.dialects import from_openai_chat
 from proxy.core.identifiers.extract import extract_snapshot
-from proxy.core.messages import from_openai_chat
 from proxy.policy import load_policy, load_policy_text
 from proxy.policy.obligations import PolicyObligations
 

@@ -42,7 +42,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from proxy.core.messages import Snapshot, from_anthropic, from_openai_chat
+from proxy.core.dialects import from_anthropic, from_openai_chat
+from proxy.core.messages import Snapshot
 
 Dialect = Literal["openai", "anthropic"]
 Role = Literal["user", "assistant", "tool"]
@@ -242,7 +243,7 @@ class Conversation:
         return self.to_openai() if dialect == "openai" else self.to_anthropic()
 
     def snapshot(self, dialect: str = "openai") -> Snapshot:
-        from proxy.core.messages import from_openai_responses
+        from proxy.core.dialects import from_openai_responses
 
         if dialect == "responses":
             return from_openai_responses(self.to_responses())

@@ -7,6 +7,7 @@ import json
 import pytest
 from ident_helpers import found, tool_source, values
 
+from proxy.core.dialects import from_openai_chat
 from proxy.core.identifiers import (
     Identifier,
     ScanCache,
@@ -15,7 +16,7 @@ from proxy.core.identifiers import (
     extract_text,
     redact,
 )
-from proxy.core.messages import Part, Snapshot, ToolDef, from_openai_chat, make_message
+from proxy.core.messages import Part, Snapshot, ToolDef, make_message
 
 SHA = "4ab09790de1eec4f5973f19c2dc3d58654165a62"
 UUID = "a989aba5-6cbc-478c-8fc5-f6e6c01f99f5"

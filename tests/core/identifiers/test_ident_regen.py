@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from proxy.core.dialects import from_anthropic, from_openai_chat
 from proxy.core.identifiers import (
     CallRecord,
     Identifier,
@@ -16,7 +17,7 @@ from proxy.core.identifiers import (
     mark_regenerability,
     snapshot_calls,
 )
-from proxy.core.messages import Part, Snapshot, from_anthropic, from_openai_chat, make_message
+from proxy.core.messages import Part, Snapshot, make_message
 
 SHA = "4ab09790de1eec4f5973f19c2dc3d58654165a62"
 SHA2 = "22d4caca99a804ec78793281740c73741b12ce35"
@@ -249,7 +250,7 @@ def test_snapshot_calls() -> None:
 def test_responses_shell_calls_are_steps() -> None:
     """Codex's shell calls in a Responses body — a ``shell`` function with an argv list,
     or a ``local_shell_call`` item that has no name — are judged by their command."""
-    from proxy.core.messages import from_openai_responses
+    from proxy.core.dialects import from_openai_responses
 
     body = {
         "instructions": "agent",

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from proxy.core.dialects import from_openai_chat
 from proxy.core.identifiers import extract_snapshot
 from proxy.core.identifiers.evidence import (
     creates,
@@ -18,7 +19,6 @@ from proxy.core.identifiers.evidence import (
     prior_marked,
 )
 from proxy.core.identifiers.steps import GATE_NOTE, PASTED_OUTPUT, text_steps
-from proxy.core.messages import from_openai_chat
 
 LEASE = "694d7a2c3f1b8e15"
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.dialects import from_openai_chat
 from proxy.core.interventions.recall import (
     RecallHandle,
     choose_name,
@@ -30,7 +31,6 @@ from proxy.core.interventions.recall import (
     with_deferred,
 )
 from proxy.core.interventions.spill import render_region
-from proxy.core.messages import from_openai_chat
 
 NAME = "recall_compacted_context"
 H = RecallHandle("spill_" + "a" * 32, 12, 0, 11, 1_700_000_000.0, 1_700_000_600.0,

@@ -5,10 +5,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.core.dialects import from_body
 from proxy.core.interventions import Binding, reinject
 from proxy.core.interventions.placement import raw_index
 from proxy.core.interventions.reinject import NOTE_OPEN
-from proxy.core.messages import from_body
 
 from . import conversations as conv
 from .validity import check_anthropic, check_chat, check_responses
