@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from difflib import SequenceMatcher
 
+__all__ = ["gaps_between", "matching_blocks"]
 
-def _blocks(old: Sequence[str], new: Sequence[str], p: int) -> list[tuple[int, int, int]]:
+
+def matching_blocks(old: Sequence[str], new: Sequence[str], p: int) -> list[tuple[int, int, int]]:
     """Verbatim matching blocks (old_start, new_start, size), monotonic, prefix included."""
     # Trim the common suffix too, so difflib only sees the changed middle.
     s = 0
@@ -58,7 +60,7 @@ def _first_index(items: Sequence[str], item: str) -> int | None:
     return None
 
 
-def _gaps(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> list[tuple[int, int, int, int, str]]:
+def gaps_between(blocks: Sequence[tuple[int, int, int]], n_old: int, n_new: int) -> list[tuple[int, int, int, int, str]]:
     """Regions between kept blocks: ``(old_lo, old_hi, new_lo, new_hi, position)`` with
     position ``leading``, ``middle``, ``trailing`` or ``all`` (nothing kept at all)."""
     gaps: list[tuple[int, int, int, int, str]] = []

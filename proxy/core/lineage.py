@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .lineage_index import History, LineageIndex, Probe, _extends
+from .lineage_index import History, LineageIndex, Probe, extends_history
 from .messages import Message
 from .prefix import common_prefix
 
@@ -207,7 +207,7 @@ def _extension(h: History, probe: Probe) -> Match:
 def _evaluate(h: History, probe: Probe) -> Match:
     r = probe.digests
     L = h.request_len
-    if _extends(r, h, probe):
+    if extends_history(r, h, probe):
         return _extension(h, probe)
     lcp = common_prefix(r, h.digests)
     k, j = _kept_tail(h, r, lcp)
@@ -257,7 +257,7 @@ def match(index: LineageIndex, probe: Probe) -> Match:
         if not extended:
             candidates = index._candidates(probe)
             if extended is None:
-                extended = [h for h in candidates if _extends(r, h, probe)]
+                extended = [h for h in candidates if extends_history(r, h, probe)]
         for h in extended:
             m = _extension(h, probe)
             if best_h is None or _better(m, best, h, best_h, probe):

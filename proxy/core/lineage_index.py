@@ -4,7 +4,7 @@
 this module holds what it reads — a :class:`History` per known conversation, the
 :class:`Probe` a request is matched as, and the :class:`LineageIndex` that keeps the
 histories with their digest, text-line, system-prompt and head postings per namespace
-(and answers the candidate lookups the matcher makes) — plus :func:`_extends`, the
+(and answers the candidate lookups the matcher makes) — plus :func:`extends_history`, the
 "starts with the known last request" test both the head index and the matcher apply.
 It is separate from the matcher because it is the state: the tracker owns one index and
 mutates it through :meth:`LineageIndex.upsert`, :meth:`LineageIndex.add_lines` and
@@ -25,6 +25,7 @@ __all__ = [
     "History",
     "LineageIndex",
     "Probe",
+    "extends_history",
 ]
 
 #: Digests shared by more conversations than this carry no identity ("ok", placeholders).
@@ -284,7 +285,7 @@ class LineageIndex:
             if len(ids) > MAX_HEAD_SHARE:
                 return None
             hist = self._hist
-            out.extend(h for h in (hist[c] for c in ids) if _extends(r, h, probe))
+            out.extend(h for h in (hist[c] for c in ids) if extends_history(r, h, probe))
         return out
 
     def _candidates(self, probe: Probe) -> list[History]:
@@ -358,7 +359,7 @@ def _sample(digests: tuple[str, ...]) -> Iterable[str]:
     return digests[:8] + digests[-56:] + digests[8:-56:stride]
 
 
-def _extends(r: tuple[str, ...], h: History, probe: Probe | None = None) -> bool:
+def extends_history(r: tuple[str, ...], h: History, probe: Probe | None = None) -> bool:
     """Does ``r`` start with the known history's last request? Known from ``probe``'s
     provenance, else compared (ends first: a cheap rejection of other conversations
     before the C-level slice comparison)."""

@@ -4,7 +4,7 @@ re-spaced or re-rendered, so no content was lost.
 A client may rebuild part of its history every turn (aider re-renders its setup messages,
 the files in the chat as they are now, and moves its system reminder): the alignment in
 :mod:`.transition` sees those messages gone from their place, and asks
-:func:`_only_moved` whether their content is still in the request before calling the
+:func:`only_moved` whether their content is still in the request before calling the
 transition anything but an append. Separate because it compares message *texts* (up to
 whitespace, or by role and first line), where the alignment compares digests only; the
 keys it makes are bounded in the work they do on a long text and remembered by digest.
@@ -16,6 +16,8 @@ import re
 
 from .histtext import content_heads, content_keys
 from .messages import Message, Snapshot
+
+__all__ = ["only_moved"]
 
 #: ``_content_key`` by message digest: histories are resent, their messages' keys are not
 #: recomputed on every request that is not an append (bounded, oldest out first).
@@ -35,7 +37,7 @@ def _content_key(m: Message) -> tuple[str, str]:
     return key
 
 
-def _only_moved(before: Snapshot, after: Snapshot, lost_idx: set[int], agent: str | None) -> str | None:
+def only_moved(before: Snapshot, after: Snapshot, lost_idx: set[int], agent: str | None) -> str | None:
     """A reason when no content was lost: every old message that is gone from its place
     (or changed) is still in the request — with the same role and the same text up to
     whitespace (re-ordered, re-spaced), or, for a message with no tool call or result, with

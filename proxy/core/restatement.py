@@ -14,13 +14,15 @@ from collections.abc import Callable
 
 from .markers import NO_MARKERS, Markers, fold
 
+__all__ = ["content_words", "looks_like_summary"]
+
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{3,}")
 _STOP = frozenset(
     ["this", "that", "with", "from", "have", "been", "were", "will", "would", "should", "could", "there", "their", "they", "them", "then", "than", "what", "when", "where", "which", "while", "your", "yours", "into", "onto", "over", "under", "about", "after", "before", "again", "also", "just", "only", "some", "such", "very", "more", "most", "other", "each", "both", "here", "does", "done", "make", "made", "like", "need", "please", "thanks", "thank", "okay", "sure", "let's", "want", "know"]
 )
 
 
-def _content_words(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
     if text.isascii():  # lower-casing first finds the same words (one C call, not one per word)
         return set(_WORD.findall(text.lower())) - _STOP
     return {w.lower() for w in _WORD.findall(text)} - _STOP
@@ -36,10 +38,10 @@ def looks_like_summary(
     ``lost_words``: the content words of ``lost_text``, when the caller has them (one
     classification asks about several candidates against the same lost text).
     """
-    words = _content_words(candidate)
+    words = content_words(candidate)
     if len(words) < 3:
         return False
-    shared = len(words & (lost_words() if lost_words is not None else _content_words(lost_text)))
+    shared = len(words & (lost_words() if lost_words is not None else content_words(lost_text)))
     frac = shared / len(words)
     if frac >= 0.5 or (shared >= 8 and frac >= 0.15):
         return True

@@ -19,6 +19,8 @@ from typing import Literal
 from .markers import NO_MARKERS, Markers, fold, marker_view
 from .messages import Message, Snapshot
 
+__all__ = ["SummarizeRequest", "detect_summarize_request"]
+
 
 @dataclass(frozen=True, slots=True)
 class SummarizeRequest:

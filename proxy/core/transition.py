@@ -37,12 +37,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .alignment import _blocks, _gaps
+from .alignment import gaps_between, matching_blocks
 from .markers import NO_MARKERS, Markers, fold
 from .messages import Message, Part, Snapshot, is_opaque_summary
-from .moved import _only_moved
+from .moved import only_moved
 from .prefix import common_prefix
-from .restatement import _content_words, looks_like_summary
+from .restatement import content_words, looks_like_summary
 from .volatile import stable_system
 
 TransitionKind = Literal["append", "summarize", "truncate", "mask", "edit", "fork", "reset"]
@@ -273,8 +273,8 @@ def _classify_general(
     before: Snapshot, after: Snapshot, markers: Markers, p: int, system_changed: bool
 ) -> Transition:
     old_msgs, new_msgs = before.messages, after.messages
-    blocks = _blocks(before.digests, after.digests, p)
-    gaps = _gaps(blocks, len(old_msgs), len(new_msgs))
+    blocks = matching_blocks(before.digests, after.digests, p)
+    gaps = gaps_between(blocks, len(old_msgs), len(new_msgs))
 
     lost: list[int] = []
     changed: list[Change] = []
@@ -345,7 +345,7 @@ def _classify_general(
 
     def lost_words() -> set[str]:  # read once, and only if a candidate asks
         if not lost_memo:
-            lost_memo.append(_content_words(lost_text))
+            lost_memo.append(content_words(lost_text))
         return lost_memo[0]
 
     summary: list[int] = []
@@ -430,7 +430,7 @@ def _classify_general(
     if not components:
         components.add("append")
     kind = next(k for k in KIND_PRIORITY if k in components)
-    moved = _only_moved(before, after, set(lost) | {c.old_index for c in changed}, agent)
+    moved = only_moved(before, after, set(lost) | {c.old_index for c in changed}, agent)
     if kind != "reset" and moved is not None:
         return _append(len(old_msgs), len(new_msgs), p, system_changed, moved)
     if kind == "reset":

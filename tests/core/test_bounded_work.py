@@ -105,7 +105,7 @@ def test_a_key_of_a_texts_start_read_piece_by_piece_is_the_whole_texts(
 
 
 def _only_moved_whole(before: Snapshot, after: Snapshot, lost_idx: set[int]) -> str | None:
-    """``_only_moved`` as it was, every message keyed by its whole text up to whitespace."""
+    """``only_moved`` as it was, every message keyed by its whole text up to whitespace."""
     key = lambda m: (m.role, " ".join(m.text.split()))
     present = {key(n) for n in after.messages}
     old_keys = {key(m) for m in before.messages}
@@ -137,7 +137,7 @@ def test_a_message_found_moved_by_digest_or_head_is_found_as_by_its_whole_text(
     lost = data.draw(st.sets(st.integers(0, len(old) - 1), min_size=1))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(moved_mod, "_NORM_HEAD", data.draw(st.integers(1, 4)))  # heads alike, texts not
-        got = moved_mod._only_moved(before, after, lost, None)
+        got = moved_mod.only_moved(before, after, lost, None)
     assert (got is not None) == (_only_moved_whole(before, after, lost) is not None)
 
 

@@ -87,7 +87,7 @@ def test_quiet_signals_are_shared_and_quiet() -> None:
 @settings(max_examples=100, deadline=None)
 @given(candidate=_TEXTS, lost=_TEXTS)
 def test_summary_test_with_the_lost_words_given_is_the_same(candidate: str, lost: str) -> None:
-    assert restatement.looks_like_summary(candidate, lost, lost_words=lambda: restatement._content_words(lost)) == (
+    assert restatement.looks_like_summary(candidate, lost, lost_words=lambda: restatement.content_words(lost)) == (
         restatement.looks_like_summary(candidate, lost)
     )
 
@@ -95,10 +95,10 @@ def test_summary_test_with_the_lost_words_given_is_the_same(candidate: str, lost
 def _classify_counting_words(monkeypatch, before, after):  # type: ignore[no-untyped-def]
     """``classify(before, after)`` and every text whose content words it read."""
     read: list[str] = []
-    real = restatement._content_words
+    real = restatement.content_words
     counting = lambda t: read.append(t) or real(t)
-    monkeypatch.setattr(restatement, "_content_words", counting)  # the candidates' words
-    monkeypatch.setattr(transition, "_content_words", counting)  # the lost text's words
+    monkeypatch.setattr(restatement, "content_words", counting)  # the candidates' words
+    monkeypatch.setattr(transition, "content_words", counting)  # the lost text's words
     return transition.classify(before, after), read
 
 

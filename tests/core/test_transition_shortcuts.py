@@ -37,7 +37,7 @@ def test_blocks_equal_difflibs(prefix: list[str], old: list[str], new: list[str]
     p = 0
     while p < min(len(a), len(b)) and a[p] == b[p]:
         p += 1
-    assert A._blocks(a, b, p) == _blocks_by_difflib(a, b, p)
+    assert A.matching_blocks(a, b, p) == _blocks_by_difflib(a, b, p)
 
 
 @given(prefix=_DIGESTS, one=st.sampled_from("abcde"), other=_DIGESTS, flip=st.booleans())
@@ -46,19 +46,19 @@ def test_blocks_of_a_one_message_side_equal_difflibs(prefix: list[str], one: str
     p = 0
     while p < min(len(a), len(b)) and a[p] == b[p]:
         p += 1
-    assert A._blocks(a, b, p) == _blocks_by_difflib(a, b, p)
+    assert A.matching_blocks(a, b, p) == _blocks_by_difflib(a, b, p)
 
 
 @given(text=st.text(alphabet=st.sampled_from("abcXYZ_- -.\nKİßé0123"), max_size=80))
 def test_content_words_are_the_words_lower_cased(text: str) -> None:
-    assert R._content_words(text) == {w.lower() for w in R._WORD.findall(text)} - R._STOP
+    assert R.content_words(text) == {w.lower() for w in R._WORD.findall(text)} - R._STOP
 
 
 def _looks_like_summary_in_full(candidate: str, lost_text: str) -> bool:
-    words = R._content_words(candidate)
+    words = R.content_words(candidate)
     if len(words) < 3:
         return False
-    shared = len(words & R._content_words(lost_text))
+    shared = len(words & R.content_words(lost_text))
     frac = shared / len(words)
     folded = R.fold(candidate)
     says = any(w in folded for w in ("summary", "summarize", "summarise", "previous", "continued", "so far"))
