@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .catalog import Rule
+from .rules import Rule
 from .textindex import TextIndex, Window
 
 __all__ = ["Gate", "RuleGate"]

@@ -32,9 +32,10 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .catalog import Catalog, Rule
+from .catalog import Catalog
 from .normalize import trim_value
 from .rulematch import Gate, RuleGate, _boundary_ok, _context_ok, _rule_matches
+from .rules import Rule
 from .textindex import TextIndex
 
 __all__ = ["Cand", "candidates"]
