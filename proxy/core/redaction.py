@@ -24,8 +24,9 @@ import dataclasses
 from collections.abc import Collection
 from functools import lru_cache
 
-from .identifiers.catalog import Catalog, Rule, default_catalog_loaded, default_rules_where
+from .identifiers.catalog import Catalog, default_catalog_loaded, default_rules_where
 from .identifiers.extract import scan_text
+from .identifiers.rules import Rule
 
 __all__ = ["apply_spans", "has_secret", "placeholder", "redact_secrets", "secret_spans", "sensitive_only"]
 

@@ -17,7 +17,7 @@ Sensitive identifiers (secrets): ``value`` is the clear secret and must never be
 stored or re-injected; use ``Identifier.display`` / ``context`` / ``norm`` (fingerprint).
 """
 
-from .catalog import Catalog, CatalogError, Example, Rule
+from .catalog import Catalog
 from .commands import CallClass, classify_call, classify_command, command_of, is_shell_tool
 from .extract import (
     DEFAULT_CACHE,
@@ -54,6 +54,7 @@ from .regen import (
     default_regenerable,
     mark_regenerability,
 )
+from .rules import CatalogError, Example, Rule
 
 __all__ = [
     "DEFAULT_CACHE",

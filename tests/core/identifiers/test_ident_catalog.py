@@ -7,7 +7,7 @@ import re
 import pytest
 
 from proxy.core.identifiers import Catalog, CatalogError, Source, extract_text
-from proxy.core.identifiers.catalog import Example, Rule
+from proxy.core.identifiers.rules import Example, Rule
 
 _CAT = Catalog.load_default()
 
