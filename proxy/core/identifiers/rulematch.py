@@ -19,7 +19,7 @@ from typing import Any
 from .rules import Rule
 from .textindex import TextIndex, Window
 
-__all__ = ["Gate", "RuleGate"]
+__all__ = ["Gate", "RuleGate", "boundary_ok", "context_ok", "rule_matches"]
 
 
 # --------------------------------------------------------------------------- windows
@@ -61,7 +61,7 @@ def _context_windows(rule: Rule, idx: TextIndex, present: Iterable[tuple[str, bo
 # --------------------------------------------------------------------------- matching
 
 
-def _context_ok(rule: Rule, text: str, start: int, end: int, src_ctx: str) -> bool:
+def context_ok(rule: Rule, text: str, start: int, end: int, src_ctx: str) -> bool:
     rx = rule.context_required
     if rx is None:
         return True
@@ -78,7 +78,7 @@ def _context_ok(rule: Rule, text: str, start: int, end: int, src_ctx: str) -> bo
     return rx.search(text[ws:we]) is not None
 
 
-def _boundary_ok(rule: Rule, text: str, pos: int) -> bool:
+def boundary_ok(rule: Rule, text: str, pos: int) -> bool:
     if rule.boundary is None or pos == 0:
         return True
     prev = text[pos - 1]
@@ -171,7 +171,7 @@ class RuleGate:
 Gate = tuple[bool, bool, RuleGate]
 
 
-def _rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str, gate: Gate | None = None) -> Iterator[Any]:
+def rule_matches(rule: Rule, idx: TextIndex, src_low: str, src_ctx: str, gate: Gate | None = None) -> Iterator[Any]:
     """``gate``: the rule's gate prepared by :class:`~.scanner._Gates` (computed here otherwise)."""
     text, n = idx.text, idx.n
     # gate: anchors / tokens

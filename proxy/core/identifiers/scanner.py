@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from .catalog import Catalog
 from .normalize import trim_value
-from .rulematch import Gate, RuleGate, _boundary_ok, _context_ok, _rule_matches
+from .rulematch import Gate, RuleGate, boundary_ok, context_ok, rule_matches
 from .rules import Rule
 from .textindex import TextIndex
 
@@ -59,7 +59,7 @@ class _Gates:
     """A catalogue's gates inverted: which rules a text's words, its substrings and the
     producing command can let through. A rule with anchors or tokens runs only if one of
     them is a word of the text (tokens), a substring of it (anchors), or a substring of
-    the producing command (either) — the test :func:`_rule_matches` makes, made here for
+    the producing command (either) — the test :func:`rule_matches` makes, made here for
     every rule at once: one set intersection for the tokens, one substring test per
     distinct anchor, instead of every literal of every rule tried on every text (a short
     text then cost as much as 340 tests). What the producing command lets through, and
@@ -87,7 +87,7 @@ class _Gates:
         self.ungated = frozenset(ungated)
         #: the ungated rules without a prefilter (always live), and the others grouped by
         #: prefilter and run length (one test per group: a run of the right length,
-        #: without which :func:`_rule_matches` would find nothing)
+        #: without which :func:`rule_matches` would find nothing)
         self.ungated_free = frozenset(k for k in ungated if self.order[k].prefilter is None)
         groups: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
         for k in ungated:
@@ -112,7 +112,7 @@ class _Gates:
 
     def live(self, ix: TextIndex, src_ctx: str) -> list[tuple[Rule, Gate]]:
         """The rules that pass their anchor/token gate on ``ix``, in scan order, each with
-        its gate for :func:`_rule_matches`."""
+        its gate for :func:`rule_matches`."""
         live = set(self.ungated_free)
         for pf, rl, group in self.ungated_runs:
             runs = ix.runs(pf)
@@ -199,7 +199,7 @@ def candidates(
         ctx_pos: list[int] | None = None
         ctx_checks = 0
         grp = rule.group
-        for m in _rule_matches(rule, ix, src_low, src_ctx, gate):
+        for m in rule_matches(rule, ix, src_low, src_ctx, gate):
             if isinstance(grp, tuple):
                 s = e = -1
                 for g in grp:
@@ -210,7 +210,7 @@ def candidates(
                 s, e = m.span(grp)
             if s < 0 or e <= s:
                 continue
-            if rule.boundary is not None and not _boundary_ok(rule, text, m.start()):
+            if rule.boundary is not None and not boundary_ok(rule, text, m.start()):
                 continue
             value = text[s:e]
             if grp != 0 or rule.norm is None:
@@ -229,7 +229,7 @@ def candidates(
                     i = bisect.bisect_left(ctx_pos, s - rule.window)
                     if i >= len(ctx_pos) or ctx_pos[i] >= e + max(rule.window // 2, 10):
                         continue
-                elif not _context_ok(rule, text, s, e, ""):
+                elif not context_ok(rule, text, s, e, ""):
                     continue
             if not rule.nests and (s, e) in claimed:
                 continue
