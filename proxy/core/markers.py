@@ -126,10 +126,16 @@ class Markers:
     #: where, agent)``: matched in one plain loop (derived from :attr:`agents`).
     _summarize: tuple[tuple[str, frozenset[str], str], ...] = field(init=False, repr=False, compare=False)
     _continuation: tuple[tuple[str, frozenset[str], str], ...] = field(init=False, repr=False, compare=False)
+    #: :meth:`item_types` of each field (asked of every request: derived once).
+    _item_types: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_summarize", _flat(self.agents, "summarize_request"))
         object.__setattr__(self, "_continuation", _flat(self.agents, "continuation"))
+        object.__setattr__(self, "_item_types", {
+            f: frozenset(m.folded for a in self.agents for m in getattr(a, f) if "item" in m.where)
+            for f in ("summarize_request", "continuation")
+        })
 
     def summarize_request_agent(self, folded_text: str, where: str | None = None) -> str | None:
         """Name of the first agent whose summarization-request marker is in the text."""
@@ -147,7 +153,10 @@ class Markers:
 
     def item_types(self, field: str) -> frozenset[str]:
         """Every item type a ``field`` marker names (folded)."""
-        return frozenset(m.folded for a in self.agents for m in getattr(a, field) if "item" in m.where)
+        found = self._item_types.get(field)
+        if found is None:
+            return frozenset(m.folded for a in self.agents for m in getattr(a, field) if "item" in m.where)
+        return found
 
     def matches_headers(self) -> bool:
         """Whether any summarization-request marker is about a request header."""

@@ -197,3 +197,13 @@ def test_fold_collapses_whitespace_as_the_regex_did(text: str) -> None:
     if "<" in expected:
         expected = _TAG.sub(r"\1", expected)
     assert _fold(text) == expected
+
+
+def test_item_types_are_derived_once_and_equal_the_markers_they_come_from() -> None:
+    # asked of every request (RequestHints.continued_by_item): derived at construction
+    markers = default_markers()
+    for field in ("summarize_request", "continuation"):
+        want = frozenset(m.folded for a in markers.agents for m in getattr(a, field) if "item" in m.where)
+        assert markers.item_types(field) == want
+        assert markers.item_types(field) is markers.item_types(field)
+    assert "compaction" in markers.item_types("continuation")  # Codex's server-side compaction item
