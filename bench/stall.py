@@ -13,15 +13,18 @@ its own — in two phases of each round, in the same run:
   replaced at once by another, a new conversation every time.
 
 It prints p50/p99 of each probe in each phase and the ratios loaded / quiet (goal:
-p99 at most 2x). Probes are sequential, ``--interval`` ms apart; a probe's time is from
-sending its request to reading its whole response; the large traffic comes from a
+p99 at most 2x), for the gate and, in the same run (rounds interleaved), for a bare
+pass-through in front of the same upstreams (:mod:`bench.stallbare`): the ratio a proxy
+that parses nothing gets on this loaded machine, and the gate's ratio over it. Probes
+are sequential, ``--interval`` ms apart; a probe's time is from sending its request to
+reading its whole response; the large traffic comes from a
 process of its own, and it and its fake upstream run at a lower CPU priority (nice 10)
 than the probes' client, so the harness's own work delays the probes as little as
 possible and what is measured is the proxy. Placement as in
 ``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
 on the other.
 
-    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--no-pin] [--trace DIR [--dump-after S] [--callbacks [MS]]]
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--targets gate bare] [--no-pin] [--trace DIR [--dump-after S] [--callbacks [MS]]]
 
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
 100 ms late, the stacks of all its threads (``DIR/stalls.txt``, with every cyclic-GC
@@ -52,6 +55,7 @@ from typing import Any
 import aiohttp
 
 from bench.load import cpu_seconds, cpu_split, pct
+from bench.stallbare import ROUTE_HEADER, serve_bare
 
 BIG_MODEL = "gpt-4o-big"
 
@@ -242,7 +246,8 @@ def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any
                     body[-11:-4] = f"{n:07d}".encode()[-7:]  # a new conversation each time
                     async with bs.post(url + "/v1/chat/completions", data=bytes(body),
                                        headers={"content-type": "application/json",
-                                                "authorization": f"Bearer sk-bench-big-{slot}"}) as r:
+                                                "authorization": f"Bearer sk-bench-big-{slot}",
+                                                ROUTE_HEADER[0]: ROUTE_HEADER[1]}) as r:
                         async for _ in r.content.iter_any():
                             pass
                     with done.get_lock():
@@ -407,6 +412,35 @@ def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: s
         time.sleep(1.0)  # let the proxy finish what was cut
 
 
+
+def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, harness: set[int] | None,
+           direct: str, trace: str | None) -> dict[str, float]:
+    """One quiet and one loaded phase against ``target``; the row of its percentiles."""
+    dump = (lambda: os.kill(pid, signal.SIGUSR1)) if trace else (lambda: None)
+    if trace:  # to place the trace's lines (wall-clock stamps) in their phases
+        print(f"round {r + 1}: quiet from {time.time():.3f}", flush=True)
+    quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, direct, on_timeout=dump)
+    if trace:
+        print(f"round {r + 1}: loaded from {time.time():.3f}", flush=True)
+    loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, direct,
+                    (lambda: _spy(pid, trace if args.gil_profile else None, f"gil-loaded-{r + 1}.txt")) if trace
+                    else (lambda: None), dump)
+    row = {
+        "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
+        "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
+        "loaded_healthz_p50": pct(loaded[0], 50), "loaded_healthz_p99": pct(loaded[0], 99),
+        "loaded_small_p50": pct(loaded[1], 50), "loaded_small_p99": pct(loaded[1], 99),
+        "quiet_direct_p50": pct(quiet[2], 50), "quiet_direct_p99": pct(quiet[2], 99),
+        "loaded_direct_p50": pct(loaded[2], 50), "loaded_direct_p99": pct(loaded[2], 99),
+        "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[3],
+    }
+    print(f"round {r + 1}, {target}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed; "
+          f"healthz p99 {row['quiet_healthz_p99'] * 1e3:.1f} -> {row['loaded_healthz_p99'] * 1e3:.1f} ms, "
+          f"small p99 {row['quiet_small_p99'] * 1e3:.1f} -> {row['loaded_small_p99'] * 1e3:.1f} ms",
+          flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="quiet+loaded rounds; figures are medians (default 3)")
@@ -416,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=int, default=10, help="size of each large request and reply, MB (default 10)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                     help="harness and proxy on separate halves of the CPUs (default on)")
+    ap.add_argument("--targets", nargs="+", choices=("gate", "bare"), default=["gate", "bare"],
+                    help="proxies measured, each round interleaved (default: the gate and the bare pass-through)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     ap.add_argument("--trace", metavar="DIR", help="record the proxy's loop stalls (all threads' stacks when "
                     "its loop is >100 ms late) and, with py-spy installed, who holds the GIL under load, in DIR")
@@ -450,51 +486,51 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(args.trace, exist_ok=True)
         # not daemonic, as ``compaction-gate serve`` is not: the proxy may start a worker
         # process of its own (proxy.state.offload)
-        p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir,
-                                                  args.trace, args.callbacks), daemon=False)
-        p.start()
-        procs.append(p)
-        url, pid = q.get(timeout=120)
-        print(f"proxy quiet {_settle(pid):.1f} s after it listened", flush=True)
-        rows: list[dict[str, float]] = []
+        servers: dict[str, tuple[str, int]] = {}
+        for target in args.targets:
+            if target == "gate":
+                p = mp.Process(target=_serve_proxy, args=(q, split[1] if split else None, urls[0], urls[1], state_dir,
+                                                          args.trace, args.callbacks), daemon=False)
+            else:
+                p = mp.Process(target=serve_bare, args=(q, split[1] if split else None, urls[0], urls[1]), daemon=True)
+            p.start()
+            procs.append(p)
+            servers[target] = q.get(timeout=120)
+            print(f"{target} quiet {_settle(servers[target][1]):.1f} s after it listened", flush=True)
+        rows: dict[str, list[dict[str, float]]] = {t: [] for t in servers}
         for r in range(args.rounds):
-            dump = (lambda: os.kill(pid, signal.SIGUSR1)) if args.trace else (lambda: None)
-            if args.trace:  # to place the trace's lines (wall-clock stamps) in their phases
-                print(f"round {r + 1}: quiet from {time.time():.3f}", flush=True)
-            quiet = _phase(url, args.seconds, args.interval / 1e3, 0, args.mb, harness, urls[0], on_timeout=dump)
-            if args.trace:
-                print(f"round {r + 1}: loaded from {time.time():.3f}", flush=True)
-            loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, urls[0],
-                            lambda r=r: _spy(pid, args.trace if args.gil_profile else None, f"gil-loaded-{r + 1}.txt"), dump)
-            row = {
-                "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
-                "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
-                "loaded_healthz_p50": pct(loaded[0], 50), "loaded_healthz_p99": pct(loaded[0], 99),
-                "loaded_small_p50": pct(loaded[1], 50), "loaded_small_p99": pct(loaded[1], 99),
-                "quiet_direct_p50": pct(quiet[2], 50), "quiet_direct_p99": pct(quiet[2], 99),
-                "loaded_direct_p50": pct(loaded[2], 50), "loaded_direct_p99": pct(loaded[2], 99),
-                "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[3],
-            }
-            rows.append(row)
-            print(f"round {r + 1}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed; "
-                  f"healthz p99 {row['quiet_healthz_p99'] * 1e3:.1f} -> {row['loaded_healthz_p99'] * 1e3:.1f} ms, "
-                  f"small p99 {row['quiet_small_p99'] * 1e3:.1f} -> {row['loaded_small_p99'] * 1e3:.1f} ms",
-                  flush=True)
-        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            for target, (url, pid) in servers.items():  # interleaved: each round, every target
+                traced = args.trace if target == "gate" else None
+                rows[target].append(_round(url, pid, r, target, args, harness, urls[0], traced))
         where = (f"harness on CPUs {sorted(split[0])}, proxy on CPUs {sorted(split[1])}" if split
                  else "not pinned")
         print(f"\n{args.big} x {args.mb} MB single-run requests and replies in flight; {where}; "
               f"medians of {args.rounds} rounds")
-        print(f"{'probe':10} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} {'p99 ratio':>10}")
-        ratios = {}
-        for probe in ("healthz", "small", "direct"):
-            q50, q99 = med[f"quiet_{probe}_p50"], med[f"quiet_{probe}_p99"]
-            l50, l99 = med[f"loaded_{probe}_p50"], med[f"loaded_{probe}_p99"]
-            ratios[probe] = l99 / q99 if q99 else float("inf")
-            print(f"{probe:10} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms {l99 * 1e3:10.1f}ms "
-                  f"{ratios[probe]:9.2f}x")
+        print(f"{'target':7} {'probe':8} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} "
+              f"{'p99 ratio':>10}")
+        med: dict[str, dict[str, float]] = {}
+        ratios: dict[str, dict[str, float]] = {}
+        for target, trows in rows.items():
+            med[target] = {k: statistics.median(row[k] for row in trows) for k in trows[0]}
+            ratios[target] = {}
+            for probe in ("healthz", "small", "direct"):
+                m = med[target]
+                q50, q99 = m[f"quiet_{probe}_p50"], m[f"quiet_{probe}_p99"]
+                l50, l99 = m[f"loaded_{probe}_p50"], m[f"loaded_{probe}_p99"]
+                ratios[target][probe] = l99 / q99 if q99 else float("inf")
+                print(f"{target:7} {probe:8} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms "
+                      f"{l99 * 1e3:10.1f}ms {ratios[target][probe]:9.2f}x")
         print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
-              "fake upstream, not through the proxy: what the loaded harness itself adds")
+              "fake upstream, not through the proxy: what the loaded harness itself adds; bare = a pass-through\n"
+              "that parses nothing (bench.stallbare), in front of the same upstreams: what the machine alone costs")
+        if "gate" in ratios and "bare" in ratios:
+            g, b = ratios["gate"], ratios["bare"]
+            print("gate p99 ratio / bare p99 ratio: "
+                  + ", ".join(f"{probe} {g[probe] / b[probe]:.2f}x" for probe in ("healthz", "small") if b[probe]))
+            mg, mb = med["gate"], med["bare"]
+            print("gate loaded p99 / bare loaded p99: "
+                  + ", ".join(f"{probe} {mg[f'loaded_{probe}_p99'] / mb[f'loaded_{probe}_p99']:.2f}x"
+                              for probe in ("healthz", "small") if mb[f"loaded_{probe}_p99"]))
         if args.json:
             print(json.dumps({"rounds": rows, "median": med, "ratios": ratios}, indent=2))
     finally:
