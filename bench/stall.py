@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{args.big} x {args.mb} MB single-run requests and replies in flight; {where}; "
               f"medians of {args.rounds} rounds")
         print(f"{'target':7} {'probe':8} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} "
-              f"{'p99 ratio':>10}")
+              f"{'p99 ratio':>10} {'large/phase':>12}")
         med: dict[str, dict[str, float]] = {}
         ratios: dict[str, dict[str, float]] = {}
         for target, trows in rows.items():
@@ -519,10 +519,12 @@ def main(argv: list[str] | None = None) -> int:
                 l50, l99 = m[f"loaded_{probe}_p50"], m[f"loaded_{probe}_p99"]
                 ratios[target][probe] = l99 / q99 if q99 else float("inf")
                 print(f"{target:7} {probe:8} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms "
-                      f"{l99 * 1e3:10.1f}ms {ratios[target][probe]:9.2f}x")
+                      f"{l99 * 1e3:10.1f}ms {ratios[target][probe]:9.2f}x {m['large_done']:12.0f}")
         print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
               "fake upstream, not through the proxy: what the loaded harness itself adds; bare = a pass-through\n"
-              "that parses nothing (bench.stallbare), in front of the same upstreams: what the machine alone costs")
+              "that parses nothing (bench.stallbare), in front of the same upstreams: what the machine alone costs;\n"
+              "large/phase = large requests completed while loaded (median): the same number in flight move more\n"
+              "bytes per second through a proxy that does less per byte")
         if "gate" in ratios and "bare" in ratios:
             g, b = ratios["gate"], ratios["bare"]
             print("gate p99 ratio / bare p99 ratio: "

@@ -44,9 +44,12 @@ def serve_bare(q: Any, cpus: set[int] | None, small_upstream: str, big_upstream:
                 resp = web.StreamResponse(status=up.status, headers={
                     k: v for k, v in up.headers.items() if k.lower() not in _HOP})
                 await resp.prepare(request)
-                async for chunk in up.content.iter_any():
-                    await resp.write(chunk)
-                await resp.write_eof()
+                try:
+                    async for chunk in up.content.iter_any():
+                        await resp.write(chunk)
+                    await resp.write_eof()
+                except ConnectionResetError:  # the client went away mid-reply (a pump stopped)
+                    pass
                 return resp
 
         app = web.Application(client_max_size=1 << 30)
