@@ -193,7 +193,7 @@ class StateSettings:
     def where(self) -> str:
         """Where the state lives, for the banner and logs (never a credential)."""
         if self.backend == "redis":
-            from proxy.state.redis import redact_url
+            from proxy.state.redis_conn import redact_url
 
             return f"redis at {redact_url(self.url or '')}"
         if self.backend == "sqlite":

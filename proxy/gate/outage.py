@@ -6,7 +6,7 @@ untouched when ``gate.fail_open`` (the default) or refused with a 503 in the cal
 dialect; either way a ``state_unavailable`` event and the ``state_errors_total{reason}``
 metric say why. The first request served normally afterwards records
 ``state_recovered`` (with how long the outage lasted). The store reconnects by itself
-(see :mod:`proxy.state.redis`); nothing needs a restart.
+(see :mod:`proxy.state.redis_conn`); nothing needs a restart.
 """
 
 from __future__ import annotations

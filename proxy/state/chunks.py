@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from proxy.state.sqlite import DIGEST_CHUNK
+from proxy.state.sqlite_rows import DIGEST_CHUNK
 
 __all__ = ["append_chunks", "read_digests", "write_chunks"]
 

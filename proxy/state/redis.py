@@ -8,44 +8,28 @@ committed write that any replica's next read sees. Keys are namespaced by
 ``state.key_prefix`` and scoped by tenant hash; a conversation's keys expire
 ``ttl_seconds`` after its last commit; the store-wide ones are capped and swept.
 
-The client is ``redis.asyncio``. Calls made in the same event-loop step go to Redis in
-one batch (a request's sync and another's commit share a round trip), written on the
-store's own connection in one write, the next batch before the last is answered
-(:mod:`proxy.state.redis_pipeline`, which gives the ordering rules). A connection
-that fails while the store was reachable is tried once more, with every batch it left
-unanswered, on a new connection (after a Redis restart every pooled connection is dead; a commit sent
-twice is refused by its own compare-and-set); otherwise a connection failure marks the
-store unavailable (:class:`~proxy.state.protocol.StateUnavailable`, raised at once) for a
-backoff that doubles from 0.1 s to 5 s; the first call after it tries again (a new
-connection), and success marks it available and runs the ``recovered`` callbacks. The
-URL's password never appears in what the store says about itself (:attr:`describe`),
-in its errors or in logs.
+How it talks to Redis (one connection, pipelined batches; failing open, with a
+backoff, while Redis is down) is its base, :class:`~proxy.state.redis_conn.RedisConnection`;
+what it sends and reads, as values, is :mod:`proxy.state.redis_values`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import hashlib
 import json
-import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from proxy.core.messages import Message
-from proxy.state import redis_scripts as lua
 from proxy.state.protocol import (
     Changed,
     Commit,
     Committed,
     SideWrite,
     StateUnavailable,
-    Stats,
     Synced,
 )
 from proxy.state.records import (
@@ -54,16 +38,18 @@ from proxy.state.records import (
     StoredMessages,
     TimelineEntry,
     message_from_json,
-    message_to_json,
-    stored_text,
 )
-from proxy.state.redis_pipeline import _Pipeline
+from proxy.state.redis_conn import RedisConnection
+from proxy.state.redis_values import (
+    append_groups,
+    key_hash,
+    record_of_fields,
+    reply_text,
+    stats_args,
+)
 from proxy.state.spill import SpillRecord, SpillStorage, spill_from_row, spill_row
-from proxy.state.store import SharedStore
 
-__all__ = ["RedisStore", "redact_url"]
-
-log = logging.getLogger(__name__)
+__all__ = ["RedisStore"]
 
 #: Conversations per page of a first sync of a namespace.
 SYNC_PAGE = 200
@@ -82,56 +68,6 @@ THREAD_TEXT = 64 * 1024
 #: conversation, after which a commit expecting its etag is refused.
 STORED_DIGESTS = 16384
 STORED_PER_CONVERSATION = 256
-BACKOFF_FIRST = 0.1
-BACKOFF_MAX = 5.0
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its credentials (``redis://host:port/db``)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "redis://?"
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-@functools.lru_cache(maxsize=4096)
-def _h(text: str) -> str:
-    """The key part of a conversation id or namespace (remembered: every call names keys)."""
-    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
-
-
-def _s(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogatepass")
-    return "" if value is None else str(value)
-
-
-def _blob_bytes(text: str) -> bytes:
-    return stored_text(text).encode("utf-8", "surrogatepass")
-
-
-def _log_json(entry: dict[str, Any]) -> str:
-    d = {k: v for k, v in entry.items() if k != "id"}
-    return stored_text(json.dumps(d, separators=(",", ":"), default=str))
-
-
-def _stats_args(stats: Stats | None) -> list[Any]:
-    return ["", ""] if stats is None else [stats.seq, json.dumps(stats.as_list())]
-
-
-def _record(meta: Any, etag: Any, evseq: Any, stats: Any) -> ConversationRecord:
-    rec = ConversationRecord.from_row(_s(meta), "")
-    rec.etag = _s(etag)
-    with contextlib.suppress(TypeError, ValueError):
-        rec.event_seq = int(evseq)
-    st = Stats.of(json.loads(_s(stats))) if stats else None
-    if st is not None:
-        rec.tokens, rec.window, rec.exact = st.tokens, st.window, st.exact
-    return rec
 
 
 class _SharedSync:
@@ -145,7 +81,7 @@ class _SharedSync:
         self.first: asyncio.Future[Any] | None = None
 
 
-class RedisStore(SharedStore):
+class RedisStore(RedisConnection):
     """A shared store in Redis at ``url`` (``redis://[:password@]host:port/db``,
     ``rediss://`` for TLS). ``ttl_seconds``: a conversation's keys expire that long
     after its last commit; ``max_timeline``/``max_events``: kept per conversation;
@@ -164,136 +100,33 @@ class RedisStore(SharedStore):
         timeout: float = 2.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._url = url
-        self.describe = f"redis at {redact_url(url)}"
+        super().__init__(url, timeout=timeout)
         self.prefix = prefix
         self.ttl = max(1, int(ttl_seconds))
         self.max_timeline = max_timeline
         self.max_events = max_events
         self.max_log = max_log
-        self.timeout = timeout
         self.clock = clock
-        self._client: Any = None
-        #: the connection the batches are written on (:mod:`proxy.state.redis_pipeline`)
-        self._conn: Any = None
-        self._shas: dict[str, str] = {}
-        self._pipe = _Pipeline(self)
         #: see :data:`STORED_DIGESTS`: conversation id -> digests, and how many in all (the
         #: loop's thread only)
         self._stored: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
         self._stored_n = 0
         #: syncs in progress, by (tenant, namespace, cursor, bodies)
         self._syncing: dict[tuple[str, str, int, int], _SharedSync] = {}
-        self.available = True
-        self._retry_at = 0.0
-        self._backoff = BACKOFF_FIRST
-        self.last_error = ""
-        #: called (on the loop) when the store becomes reachable again after a failure
-        self.recovered: list[Callable[[], None]] = []
-        #: called with the error when the store becomes unreachable
-        self.lost: list[Callable[[StateUnavailable], None]] = []
         self._spills = RedisSpills(self)
 
-    # -- connection and health
-
-    def _make_client(self) -> Any:
-        from redis.asyncio import Redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
-        return Redis.from_url(
-            self._url,
-            socket_timeout=self.timeout,
-            socket_connect_timeout=self.timeout,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
-            health_check_interval=0,
-            decode_responses=False,
-        )
-
-    async def open(self) -> None:
-        """Connect and load the scripts; a Redis that is down does not stop the start
-        (requests fail open until it is back)."""
-        if self._client is None:
-            try:
-                self._client = self._make_client()
-            except ValueError as exc:  # a malformed URL: say so without quoting it
-                raise StateUnavailable(f"invalid redis URL ({exc.__class__.__name__})", "error") from None
-        with contextlib.suppress(StateUnavailable):
-            await self.ping()
-
-    async def close(self) -> None:
-        await self.flush()
-        client, self._client = self._client, None
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.disconnect()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+    # -- connection and health (the rest is the base's)
 
     async def flush(self) -> None:
         await self._spills.flush()
         await self._pipe.idle()
 
-    async def ping(self) -> None:
-        await self._call("PING")
-
-    def _check_available(self) -> None:
-        if self._client is None:
-            raise StateUnavailable(f"{self.describe}: not open", "unreachable")
-        if not self.available and time.monotonic() < self._retry_at:
-            raise StateUnavailable(f"{self.describe} unreachable ({self.last_error}); retrying", "unreachable")
-
     def _went_down(self, exc: BaseException) -> StateUnavailable:
-        from redis import exceptions as rx
-
-        reason = "timeout" if isinstance(exc, (rx.TimeoutError, TimeoutError)) else "unreachable"
-        self.last_error = exc.__class__.__name__
-        first = self.available
-        self.available = False
-        self._retry_at = time.monotonic() + self._backoff
-        self._backoff = min(BACKOFF_MAX, self._backoff * 2)
-        self._shas.clear()  # a restarted Redis has no scripts
-        self._stored.clear()  # nor, without persistence, what was stored
+        """The base's, having first forgotten which messages were stored
+        (:data:`STORED_DIGESTS`): a restarted Redis, without persistence, has not them."""
+        self._stored.clear()
         self._stored_n = 0
-        err = StateUnavailable(f"{self.describe} unreachable ({self.last_error})", reason)
-        if first:
-            log.warning("state: %s unreachable (%s); failing open until it is back", self.describe, self.last_error)
-            for fn in list(self.lost):
-                with contextlib.suppress(Exception):
-                    fn(err)
-        return err
-
-    def _came_up(self) -> None:
-        self._backoff = BACKOFF_FIRST
-        if self.available:
-            return
-        self.available = True
-        log.warning("state: %s reachable again", self.describe)
-        for fn in list(self.recovered):
-            try:
-                fn()
-            except Exception:
-                log.exception("state: recovery callback failed")
-
-    async def _load_scripts(self) -> None:
-        names = {"COMMIT": lua.COMMIT, "SIDE": lua.SIDE, "SYNC": lua.SYNC, "LIST": lua.LIST, "SWEEP": lua.SWEEP}
-        for name, text in names.items():
-            self._shas[name] = _s(await self._client.script_load(text))
-
-    def _expand(self, c: tuple[Any, ...]) -> tuple[Any, ...]:
-        if c[0] == "SCRIPT":
-            _, name, keys, args = c
-            return ("EVALSHA", self._shas[name], len(keys), *keys, *args)
-        return c
-
-    async def _call(self, *command: Any) -> Any:
-        return await self._pipe.submit(*command)
-
-    async def _script(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self._pipe.submit("SCRIPT", name, tuple(keys), tuple(args))
+        return super()._went_down(exc)
 
     # -- keys
 
@@ -301,10 +134,10 @@ class RedisStore(SharedStore):
         return f"{self.prefix}:t:{tenant}"
 
     def _c(self, tenant: str, cid: str) -> str:
-        return f"{self._t(tenant)}:c:{_h(cid)}"
+        return f"{self._t(tenant)}:c:{key_hash(cid)}"
 
     def _ns(self, tenant: str, namespace: str) -> str:
-        return f"{self._t(tenant)}:n:{_h(namespace)}"
+        return f"{self._t(tenant)}:n:{key_hash(namespace)}"
 
     # -- the shared protocol
 
@@ -372,24 +205,24 @@ class RedisStore(SharedStore):
             if entry.first is None:
                 entry.first = fut
             raw = await fut
-            full, again = {_s(c) for c in again}, []
+            full, again = {reply_text(c) for c in again}, []
             next_cursor, more, entries = int(raw[0]), bool(raw[1]), raw[2]
             for cid, ver, meta, etag, evseq, stats, keep, tail, got in entries:
-                if known is not None and _s(cid) not in full and known.get(_s(cid)) == _s(etag):
+                if known is not None and reply_text(cid) not in full and known.get(reply_text(cid)) == reply_text(etag):
                     # held by the caller by now (its own commit acknowledged after the
                     # script's arguments were made, or a change an earlier sync brought)
                     continue
-                rec = _record(meta, etag, evseq, stats)
-                digests = tuple(_s(d) for d in tail)
+                rec = record_of_fields(meta, etag, evseq, stats)
+                digests = tuple(reply_text(d) for d in tail)
                 msgs: Mapping[str, Message] | None = None
                 if digests and len(got) == len(digests) and all(b is not None for b in got):
                     msgs = StoredMessages(dict(zip(digests, got, strict=True)))  # parsed when read
                 elif not digests:
                     msgs = {}
-                if rec.id != _s(cid):
-                    rec.id = _s(cid)
+                if rec.id != reply_text(cid):
+                    rec.id = reply_text(cid)
                 self._forget_stored(rec.id)  # changed elsewhere (or made again)
-                changed.append(Changed(rec, int(keep), digests, msgs, int(float(_s(ver)))))
+                changed.append(Changed(rec, int(keep), digests, msgs, int(float(reply_text(ver)))))
             if not more:
                 return Synced(next_cursor, tuple(changed))
             after = next_cursor  # the next page; every page is computed against ``cursor``
@@ -398,39 +231,12 @@ class RedisStore(SharedStore):
         args: list[Any] = [
             c.conversation_id, c.expect or "", c.etag, ConversationRecord.meta_dict_to_json(c.meta), repr(c.last_seen),
             c.keep, self.ttl, self.max_timeline, self.max_events, self.max_log, c.tenant,
-            f"{self.prefix}:t:", f":c:{_h(c.conversation_id)}", *_stats_args(c.stats),
+            f"{self.prefix}:t:", f":c:{key_hash(c.conversation_id)}", *stats_args(c.stats),
         ]  # fmt: skip
         args.append(len(c.append))
         args.extend(c.append)
-        self._groups(args, c.messages, c.blobs, c.timeline, c.events, c.log)
+        append_groups(args, c.messages, c.blobs, c.timeline, c.events, c.log)
         return args
-
-    @staticmethod
-    def _groups(
-        args: list[Any],
-        messages: Iterable[Message],
-        blobs: Iterable[tuple[str, str]],
-        timeline: Iterable[dict[str, Any]],
-        events: Iterable[GateEvent],
-        log_entries: Iterable[dict[str, Any]],
-    ) -> None:
-        fields: list[Any] = []
-        for m in messages:
-            fields += [m.digest, message_to_json(m)]
-        for k, v in blobs:
-            fields += ["b:" + k, _blob_bytes(v)]
-        args.append(len(fields) // 2)
-        args.extend(fields)
-        tl = list(timeline)
-        args.append(len(tl))
-        for d in tl:
-            args += [d["seq"], TimelineEntry.dict_to_json(d)]
-        ev = [e.to_json() for e in events]
-        args.append(len(ev))
-        args.extend(ev)
-        lg = [_log_json(e) for e in log_entries]
-        args.append(len(lg))
-        args.extend(lg)
 
     async def commit(self, change: Commit) -> Committed:
         cid = change.conversation_id
@@ -480,7 +286,7 @@ class RedisStore(SharedStore):
             args = self._commit_args(change)
         r = await self._script("COMMIT", keys, args)
         if not int(r[0]):
-            return Committed(False, _s(r[1]))
+            return Committed(False, reply_text(r[1]))
         return Committed(True, "", int(r[2]), int(r[3]))
 
     def _side_call(self, w: SideWrite) -> asyncio.Future[Any]:
@@ -488,9 +294,9 @@ class RedisStore(SharedStore):
         base = self._c(w.tenant, cid) if cid is not None else f"{self.prefix}:none"
         keys = (base, base + ":m", base + ":t", base + ":e", f"{self.prefix}:evid", f"{self.prefix}:log")
         args: list[Any] = [
-            "1" if cid is not None else "0", self.max_timeline, self.max_events, self.max_log, *_stats_args(w.stats)
+            "1" if cid is not None else "0", self.max_timeline, self.max_events, self.max_log, *stats_args(w.stats)
         ]
-        self._groups(args, w.messages, (), w.timeline, w.events, w.log)
+        append_groups(args, w.messages, (), w.timeline, w.events, w.log)
         return self._pipe.submit("SCRIPT", "SIDE", keys, tuple(args))
 
     async def side(self, writes: Iterable[SideWrite]) -> None:
@@ -502,7 +308,7 @@ class RedisStore(SharedStore):
         owner = await self._call("HGET", f"{self.prefix}:ids", conversation_id)
         if owner is None:
             return None
-        base = self._c(_s(owner), conversation_id)
+        base = self._c(reply_text(owner), conversation_id)
         f, digests, tl, ev = await asyncio.gather(
             self._call("HMGET", base, "meta", "etag", "ev", "st"),
             self._call("LRANGE", base + ":h", 0, -1),
@@ -511,12 +317,12 @@ class RedisStore(SharedStore):
         )
         if f[0] is None:
             return None
-        rec = _record(*f)
-        rec.digests = tuple(_s(d) for d in digests)
-        entries = sorted((int(k), _s(v)) for k, v in tl.items())[-max_timeline:]
+        rec = record_of_fields(*f)
+        rec.digests = tuple(reply_text(d) for d in digests)
+        entries = sorted((int(k), reply_text(v)) for k, v in tl.items())[-max_timeline:]
         rec.timeline = [TimelineEntry.from_json(v) for _, v in entries]
         events = []
-        for k, v in sorted((int(k), _s(v)) for k, v in ev.items()):
+        for k, v in sorted((int(k), reply_text(v)) for k, v in ev.items()):
             e = GateEvent.from_json(v)
             e.seq = k
             events.append(e)
@@ -528,8 +334,8 @@ class RedisStore(SharedStore):
         raw = await self._script("LIST", (zset, f"{self.prefix}:ids"), (limit, f"{self.prefix}:t:"))
         recs = []
         for cid, meta, etag, evseq, stats in raw[1]:
-            rec = _record(meta, etag, evseq, stats)
-            rec.id = _s(cid)
+            rec = record_of_fields(meta, etag, evseq, stats)
+            rec.id = reply_text(cid)
             recs.append(rec)
         return int(raw[0]), recs
 
@@ -541,7 +347,7 @@ class RedisStore(SharedStore):
         flat = [b for part in parts for b in part]
         for d, body in zip(wanted, flat, strict=True):
             if body is not None:
-                out[d] = message_from_json(_s(body))
+                out[d] = message_from_json(reply_text(body))
         return out
 
     async def conversation_blobs(self, rec: ConversationRecord, keys: Iterable[str]) -> dict[str, str]:
@@ -549,7 +355,7 @@ class RedisStore(SharedStore):
         if not wanted:
             return {}
         got = await self._call("HMGET", self._c(rec.tenant, rec.id) + ":m", *["b:" + k for k in wanted])
-        return {k: _s(v) for k, v in zip(wanted, got, strict=True) if v is not None}
+        return {k: reply_text(v) for k, v in zip(wanted, got, strict=True) if v is not None}
 
     async def log(
         self,
@@ -570,7 +376,7 @@ class RedisStore(SharedStore):
         for i, body in zip(ids, (b for p in parts for b in p), strict=True):
             if body is None:
                 continue
-            e = json.loads(_s(body))
+            e = json.loads(reply_text(body))
             if (
                 (conversation is None or e.get("conversation") == conversation)
                 and (action is None or e.get("action") == action)
@@ -628,6 +434,6 @@ class RedisSpills(SpillStorage):
         if body is None:
             return None
         try:
-            return spill_from_row(json.loads(_s(body)))
+            return spill_from_row(json.loads(reply_text(body)))
         except (ValueError, TypeError, KeyError):
             return None

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 from proxy.state.protocol import StateUnavailable
 
 if TYPE_CHECKING:
-    from proxy.state.redis import RedisStore
+    from proxy.state.redis_conn import RedisConnection
 
-__all__ = ["PIPELINE_DEPTH", "_Pipeline", "_pack"]
+__all__ = ["PIPELINE_DEPTH", "Call", "Flight", "Pipeline", "_pack"]
 
 #: Batches written and not yet answered, at most (more wait, and go in one batch).
 PIPELINE_DEPTH = 4
@@ -62,39 +62,39 @@ def _pack(args: Sequence[Any]) -> bytes:
     return b"".join(out)
 
 
-class _Call:
+class Call:
     __slots__ = ("command", "fut", "seq", "tries")
 
     def __init__(self, command: tuple[Any, ...], fut: asyncio.Future[Any], seq: int) -> None:
         self.command, self.fut, self.seq, self.tries = command, fut, seq, 0
 
 
-class _Flight:
+class Flight:
     """A batch written and not yet answered: its calls, whether they went in a
     transaction, the connection and when it must be answered by."""
 
     __slots__ = ("calls", "conn", "deadline", "multi")
 
-    def __init__(self, calls: list[_Call], multi: bool, conn: Any, deadline: float) -> None:
+    def __init__(self, calls: list[Call], multi: bool, conn: Any, deadline: float) -> None:
         self.calls, self.multi, self.conn, self.deadline = calls, multi, conn, deadline
 
 
-class _Pipeline:
+class Pipeline:
     """Runs the store's calls in pipelined batches (see the module docstring)."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisConnection) -> None:
         self.store = store
-        self._queue: list[_Call] = []
+        self._queue: list[Call] = []
         self._seq = itertools.count()
         self._task: asyncio.Task[None] | None = None  # the writer
         self._reader: asyncio.Task[None] | None = None
-        self._flights: deque[_Flight] = deque()
+        self._flights: deque[Flight] = deque()
         #: the most batches that were unanswered at once (what tests look at)
         self.deepest = 0
 
     def submit(self, *command: Any) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Call(command, fut, next(self._seq)))
+        self._queue.append(Call(command, fut, next(self._seq)))
         self._wake()
         return fut
 
@@ -115,13 +115,13 @@ class _Pipeline:
         if self._task is None and self._queue and len(self._flights) < PIPELINE_DEPTH:
             self._task = asyncio.get_running_loop().create_task(self._write())
 
-    def _requeue(self, calls: list[_Call]) -> None:
+    def _requeue(self, calls: list[Call]) -> None:
         """Put ``calls`` back at their place in the queue (by sequence number)."""
         self._queue = sorted(self._queue + calls, key=lambda c: c.seq)
         self._wake()
 
     @staticmethod
-    def _fail(calls: Sequence[_Call], exc: BaseException) -> None:
+    def _fail(calls: Sequence[Call], exc: BaseException) -> None:
         for c in calls:
             if not c.fut.done():
                 c.fut.set_exception(exc)
@@ -134,7 +134,7 @@ class _Pipeline:
         finally:
             self._task = None
 
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _send(self, batch: list[Call]) -> None:
         from redis import exceptions as rx
 
         store = self.store
@@ -158,7 +158,7 @@ class _Pipeline:
         if conn is not store._conn:  # the connection failed while this was written
             self._connection_failed(conn, calls, rx.ConnectionError("connection replaced"))
             return
-        self._flights.append(_Flight(calls, multi, conn, time.monotonic() + store.timeout))
+        self._flights.append(Flight(calls, multi, conn, time.monotonic() + store.timeout))
         self.deepest = max(self.deepest, len(self._flights))
         if self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -176,13 +176,13 @@ class _Pipeline:
             await conn.connect()
         return conn
 
-    def _packed(self, batch: list[_Call]) -> tuple[list[_Call], bool, list[bytes]]:
+    def _packed(self, batch: list[Call]) -> tuple[list[Call], bool, list[bytes]]:
         """The calls of ``batch`` that could be encoded (the others fail at once),
         whether they go in a transaction, and their bytes."""
         from redis import exceptions as rx
 
         store = self.store
-        calls: list[_Call] = []
+        calls: list[Call] = []
         data: list[bytes] = []
         for c in batch:
             try:
@@ -197,7 +197,7 @@ class _Pipeline:
             data = [_pack(("MULTI",)), *data, _pack(("EXEC",))]
         return calls, multi, data
 
-    def _connection_failed(self, conn: Any, calls: list[_Call], exc: BaseException) -> None:
+    def _connection_failed(self, conn: Any, calls: list[Call], exc: BaseException) -> None:
         """The connection ``conn`` (``None``: the store's) failed with ``calls``
         unanswered — and, when it is the store's connection, every batch in flight: send
         them all once more on a new connection if the store was reachable and none was
@@ -251,12 +251,12 @@ class _Pipeline:
         finally:
             self._reader = None
 
-    def _head(self, f: _Flight) -> bool:
+    def _head(self, f: Flight) -> bool:
         """Whether ``f`` is still the oldest batch in flight (not taken out by a
         failure of its connection while its answer was read)."""
         return bool(self._flights) and self._flights[0] is f
 
-    async def _replies(self, f: _Flight) -> list[Any]:
+    async def _replies(self, f: Flight) -> list[Any]:
         """The replies to ``f``'s calls, in order (an error reply as its exception)."""
         from redis import exceptions as rx
 
@@ -276,12 +276,12 @@ class _Pipeline:
             return [err] * len(f.calls)  # the transaction was refused as a whole
         return list(done)
 
-    def _resolve(self, f: _Flight, results: list[Any]) -> None:
+    def _resolve(self, f: Flight, results: list[Any]) -> None:
         from redis import exceptions as rx
 
         store = self.store
         store._came_up()
-        again: list[_Call] = []
+        again: list[Call] = []
         for c, r in zip(f.calls, results, strict=True):
             if c.fut.done():
                 continue

@@ -25,10 +25,11 @@ The backlog is bounded (:data:`MAX_BACKLOG_CHARS` of message text pending): past
 until the writer has caught up. Nothing acknowledged is dropped; the large tenant
 waits, the others do not (the write methods themselves never block the loop).
 
-A conversation's history digests are stored in chunks of :data:`DIGEST_CHUNK`
-(``digest_chunks``), and a save rewrites only the chunks that changed since the last
-commit: appending to a 1,000-message history writes one chunk, not the whole list.
-Rows written before chunking (``conversations.digests`` non-empty) are still read.
+A conversation's history digests are stored in chunks of
+:data:`~proxy.state.sqlite_rows.DIGEST_CHUNK` (``digest_chunks``), and a save rewrites
+only the chunks that changed since the last commit: appending to a 1,000-message
+history writes one chunk, not the whole list. Rows written before chunking
+(``conversations.digests`` non-empty) are still read.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from proxy.core.messages import Message
 from proxy.core.prefix import common_prefix
@@ -54,7 +55,16 @@ from proxy.state.records import (
     TimelineEntry,
     message_from_json,
     message_to_json,
-    stored_text,
+)
+from proxy.state.sqlite_rows import (
+    DIGEST_CHUNK,
+    SCHEMA,
+    SCHEMA_VERSION,
+    as_committed,
+    blob_value,
+    chunk_count,
+    insert_streamed,
+    streamed,
 )
 from proxy.state.store import Store
 
@@ -62,68 +72,6 @@ __all__ = ["SQLiteStore"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-SCHEMA_VERSION = "1"
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS conversations(
-    id TEXT PRIMARY KEY, last_seen REAL NOT NULL, meta TEXT NOT NULL, digests TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS messages(digest TEXT PRIMARY KEY, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS blobs(key TEXT PRIMARY KEY, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS timeline(conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY(conv, seq));
-CREATE TABLE IF NOT EXISTS events(conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY(conv, seq));
-CREATE TABLE IF NOT EXISTS digest_chunks(conv TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL,
-    PRIMARY KEY(conv, idx));
-"""
-
-#: Digests per row of ``digest_chunks``.
-DIGEST_CHUNK = 128
-
-
-def _blob_value(text: str) -> str | bytes:
-    """A text as SQLite can bind it, its secrets redacted: text with lone surrogates (a
-    system prompt may carry them) is stored as its surrogate-preserving UTF-8 bytes."""
-    text = stored_text(text)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
-    return text
-
-
-def _as_committed(m: Message) -> Message:
-    """A pending message as a committed read will return it (its secrets redacted)."""
-    return message_from_long_row(message_to_json(m))
-
-
-#: A long message row (a BLOB of :data:`~proxy.state.longrows.LONG_ROW` bytes or more,
-#: encoded in the store's worker) is written into its blob a slice of this many bytes
-#: at a time — and read back the same way (:func:`~proxy.state.longrows.read_blob`).
-BLOB_SLICE = 1 << 20
-
-
-def _streamed(body: str | bytes | bytearray) -> TypeGuard[bytes | bytearray]:
-    return not isinstance(body, str) and len(body) >= LONG_ROW
-
-
-def _insert_streamed(conn: sqlite3.Connection, digest: str, body: bytes | bytearray) -> None:
-    """``INSERT OR IGNORE`` of a long row's UTF-8 bytes as the table holds them (a BLOB),
-    written through SQLite's incremental blob I/O: binding 10 MB copies it in one call
-    holding the GIL (the writer thread's largest GIL samples under ``bench.stall``),
-    each ``Blob.write`` copies a slice without it."""
-    cur = conn.execute("INSERT OR IGNORE INTO messages(digest, body) VALUES(?, zeroblob(?))", (digest, len(body)))
-    if cur.rowcount != 1 or cur.lastrowid is None:  # stored already (rows are content-addressed)
-        return
-    view = memoryview(body)
-    with conn.blobopen("messages", "body", cur.lastrowid) as blob:
-        for at in range(0, len(view), BLOB_SLICE):
-            blob.write(view[at : at + BLOB_SLICE])
-
-
-def _chunks(n: int) -> int:
-    return (n + DIGEST_CHUNK - 1) // DIGEST_CHUNK
 
 #: Orphaned messages are collected at most this often (seconds) after deletions.
 GC_INTERVAL = 30.0
@@ -197,7 +145,7 @@ class SQLiteStore(Store):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)", (SCHEMA_VERSION,))
         self._conn = conn
 
@@ -246,15 +194,15 @@ class SQLiteStore(Store):
                 rows = [(d, message_to_json(m)) for d, m in batch.messages.items()]
                 conn.executemany(
                     "INSERT OR IGNORE INTO messages(digest, body) VALUES(?, ?)",
-                    [(d, body) for d, body in rows if not _streamed(body)],
+                    [(d, body) for d, body in rows if not streamed(body)],
                 )
                 for d, body in rows:
-                    if _streamed(body):
-                        _insert_streamed(conn, d, body)
+                    if streamed(body):
+                        insert_streamed(conn, d, body)
             if batch.blobs:
                 conn.executemany(
                     "INSERT OR IGNORE INTO blobs(key, body) VALUES(?, ?)",
-                    [(k, _blob_value(v)) for k, v in batch.blobs.items()],
+                    [(k, blob_value(v)) for k, v in batch.blobs.items()],
                 )
             if batch.convs:
                 meta_json = ConversationRecord.meta_dict_to_json
@@ -267,10 +215,10 @@ class SQLiteStore(Store):
                 for cid, (_, _, dg) in batch.convs.items():
                     old = self._written.get(cid)
                     first = 0 if old is None else common_prefix(old, dg) // DIGEST_CHUNK
-                    n = _chunks(len(dg))
+                    n = chunk_count(len(dg))
                     for idx in range(first, n):
                         chunk_rows.append((cid, idx, ",".join(dg[idx * DIGEST_CHUNK : (idx + 1) * DIGEST_CHUNK])))
-                    if old is None or _chunks(len(old)) > n:
+                    if old is None or chunk_count(len(old)) > n:
                         trims.append((cid, n))
                 conn.executemany("DELETE FROM digest_chunks WHERE conv = ? AND idx >= ?", trims)
                 conn.executemany("INSERT OR REPLACE INTO digest_chunks(conv, idx, body) VALUES(?, ?, ?)", chunk_rows)
@@ -440,7 +388,7 @@ class SQLiteStore(Store):
         def _load() -> tuple[dict[str, Message], dict[str, bytes]]:
             assert self._rconn is not None
             # a pending row as a committed read would return it (secrets redacted)
-            out = {d: _as_committed(m) for d, m in pending.items() if d not in long_}
+            out = {d: as_committed(m) for d, m in pending.items() if d not in long_}
             rows: dict[str, bytes] = {}
             for i in range(0, len(stored), 500):
                 chunk = stored[i : i + 500]
@@ -458,7 +406,7 @@ class SQLiteStore(Store):
             return out, rows
 
         loop = asyncio.get_running_loop()
-        ready = [loop.run_in_executor(self._long, _as_committed, m) for m in long_.values()]
+        ready = [loop.run_in_executor(self._long, as_committed, m) for m in long_.values()]
         out, rows = await loop.run_in_executor(self._reader, _load)
         decoded = [loop.run_in_executor(self._long, message_from_long_row, body) for body in rows.values()]
         out.update(zip(long_, await asyncio.gather(*ready), strict=True))
@@ -475,7 +423,7 @@ class SQLiteStore(Store):
             out: dict[str, str] = {}
             for k in wanted:
                 if k in pending:
-                    body: str | bytes = _blob_value(pending[k])  # as a committed read would return it
+                    body: str | bytes = blob_value(pending[k])  # as a committed read would return it
                 else:
                     row = self._rconn.execute("SELECT body FROM blobs WHERE key = ?", (k,)).fetchone()
                     if row is None:

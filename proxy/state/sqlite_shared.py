@@ -57,7 +57,7 @@ from proxy.state import sqlite_shared_sql as sql
 from proxy.state.groups import CommitGroups
 from proxy.state.protocol import Commit, Committed, SideWrite, StateUnavailable, Synced
 from proxy.state.records import ConversationRecord
-from proxy.state.sqlite import _SCHEMA
+from proxy.state.sqlite_rows import SCHEMA
 from proxy.state.sqlite_shared_rows import Encoded, Rows, blob_text, encode, rows_of
 from proxy.state.store import SharedStore
 
@@ -145,7 +145,7 @@ class SharedSQLiteStore(SharedStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints off the commit path
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         conn.executescript(sql.SHARED_SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '1')")
         self._lock_fd = os.open(str(self.path) + "-writer.lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -16,7 +16,7 @@ from proxy.state.records import (
     message_to_json,
     stored_text,
 )
-from proxy.state.sqlite import _blob_value
+from proxy.state.sqlite_rows import blob_value
 
 __all__ = ["Encoded", "Rows", "blob_text", "encode", "keep_since", "record_of", "rows_of"]
 
@@ -47,7 +47,7 @@ def rows_of(w: Commit | SideWrite) -> Rows:
     """What ``w`` writes besides its record (a side write has no blobs)."""
     return Rows(
         [(m.digest, message_to_json(m)) for m in w.messages],
-        [(k, _blob_value(v)) for k, v in w.blobs] if isinstance(w, Commit) else [],
+        [(k, blob_value(v)) for k, v in w.blobs] if isinstance(w, Commit) else [],
         [(d["seq"], TimelineEntry.dict_to_json(d)) for d in w.timeline],
         [e.to_json() for e in w.events],
         [_log_json(e) for e in w.log],

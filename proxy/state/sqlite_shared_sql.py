@@ -24,7 +24,7 @@ from proxy.state.records import (
     message_from_json,
 )
 from proxy.state.redis_scripts import SPLICE_LOG
-from proxy.state.sqlite import DIGEST_CHUNK
+from proxy.state.sqlite_rows import DIGEST_CHUNK
 from proxy.state.sqlite_shared_rows import Encoded, Rows, blob_text, keep_since, record_of
 
 __all__ = [

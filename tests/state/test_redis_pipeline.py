@@ -164,17 +164,17 @@ async def test_a_connection_already_replaced_takes_only_its_own_batch_with_it() 
     """The writer finds that the connection it wrote on failed and was replaced while
     it wrote: only its batch goes back in the queue — the batches in flight are on the
     new connection and will be answered there (sent again, they would run twice)."""
-    from proxy.state.redis_pipeline import _Call, _Flight, _Pipeline
+    from proxy.state.redis_pipeline import Call, Flight, Pipeline
 
     class Store:
         available = True
         _conn: object = object()  # the new connection
 
-    pipe = _Pipeline(Store())  # type: ignore[arg-type]
+    pipe = Pipeline(Store())  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
-    in_flight = [_Call(("RPUSH", "k", "a"), loop.create_future(), 0)]
-    pipe._flights.append(_Flight(in_flight, False, Store._conn, loop.time() + 5))
-    mine = [_Call(("RPUSH", "k", "b"), loop.create_future(), 1)]
+    in_flight = [Call(("RPUSH", "k", "a"), loop.create_future(), 0)]
+    pipe._flights.append(Flight(in_flight, False, Store._conn, loop.time() + 5))
+    mine = [Call(("RPUSH", "k", "b"), loop.create_future(), 1)]
     pipe._connection_failed(object(), mine, ConnectionError("gone"))  # an old connection
     assert [f.calls for f in pipe._flights] == [in_flight] and Store._conn is not None
     assert pipe._queue == mine and mine[0].tries == 1

@@ -485,10 +485,10 @@ async def test_redis_a_message_this_process_stored_in_a_conversation_is_not_enco
     in it (the same short turn again) is neither redacted, encoded nor sent again, yet
     every replica reads it; a create, a refused commit and another process's change of
     the conversation make it send everything again."""
-    import proxy.state.redis as redis_store
+    import proxy.state.redis_values as redis_values
 
     require_redis()
-    encoded = _count_encoded(monkeypatch, redis_store)
+    encoded = _count_encoded(monkeypatch, redis_values)
     with RedisServer(tmp_path / "redis") as server:
         a, b = RedisStore(server.url), RedisStore(server.url)
         await a.open()
@@ -540,10 +540,10 @@ async def test_redis_sync_leaves_out_own_commits_acknowledged_while_it_was_answe
     full are sent as usual."""
     import redis
 
-    import proxy.state.redis as redis_store
+    import proxy.state.redis_values as redis_values
 
     require_redis()
-    encoded = _count_encoded(monkeypatch, redis_store)
+    encoded = _count_encoded(monkeypatch, redis_values)
     with RedisServer(tmp_path / "redis") as server:
         a, b = RedisStore(server.url), RedisStore(server.url)
         await a.open()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import proxy.state.sqlite as sqlite_mod
+import proxy.state.sqlite_rows as sqlite_rows
 from proxy.core.messages import Part, make_message
 from proxy.state import SQLiteStore
 from proxy.state.records import message_to_json, stored_text
@@ -26,7 +27,8 @@ async def test_a_long_row_is_streamed_into_its_blob_and_reads_back_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blob_slice: int
 ) -> None:
     monkeypatch.setattr(sqlite_mod, "LONG_ROW", 64)
-    monkeypatch.setattr(sqlite_mod, "BLOB_SLICE", blob_slice)
+    monkeypatch.setattr(sqlite_rows, "LONG_ROW", 64)
+    monkeypatch.setattr(sqlite_rows, "BLOB_SLICE", blob_slice)
     secret = "ghp_" + "a1B2" * 9
     long_ = make_message("tool", [Part("tool_result", "é x" * 40 + " " + secret + " tail", "read", "c1", False, None)], None)
     short = make_message("user", [Part("text", "hi", None, None, False, None)], None)
@@ -35,8 +37,8 @@ async def test_a_long_row_is_streamed_into_its_blob_and_reads_back_the_same(
     monkeypatch.setattr(sqlite_mod, "message_to_json",
                         lambda m: bytearray(expected) if m is long_ else message_to_json(m))
     streamed: list[str] = []
-    real = sqlite_mod._insert_streamed
-    monkeypatch.setattr(sqlite_mod, "_insert_streamed",
+    real = sqlite_mod.insert_streamed
+    monkeypatch.setattr(sqlite_mod, "insert_streamed",
                         lambda conn, d, body: (streamed.append(d), real(conn, d, body))[1])
     path = tmp_path / "s.sqlite3"
     store = SQLiteStore(path)
@@ -66,6 +68,7 @@ async def test_a_committed_long_row_is_read_a_slice_at_a_time_and_decoded_the_sa
     from proxy.state.records import message_from_json
 
     monkeypatch.setattr(sqlite_mod, "LONG_ROW", 64)
+    monkeypatch.setattr(sqlite_rows, "LONG_ROW", 64)
     monkeypatch.setattr(longrows, "LONG_ROW", 64)
     monkeypatch.setattr(rawmem, "SLICE", 5)
     secret = "ghp_" + "a1B2" * 9

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from proxy.core.messages import Part, make_message
 from proxy.state.protocol import Commit, StateUnavailable
 from proxy.state.records import ConversationRecord
-from proxy.state.sqlite import DIGEST_CHUNK
+from proxy.state.sqlite_rows import DIGEST_CHUNK
 from proxy.state.sqlite_shared import SharedSQLiteStore
 
 

@@ -116,7 +116,7 @@ async def test_sqlite_history_chunks_follow_every_kind_of_edit(tmp_path: Path) -
     """Histories are stored in chunks rewritten only where they changed: appends, a
     shrink, an edit in the middle, a rewrite, deletion and re-creation all read back
     exactly, in this process and after a restart."""
-    from proxy.state.sqlite import DIGEST_CHUNK
+    from proxy.state.sqlite_rows import DIGEST_CHUNK
 
     path = tmp_path / "h.db"
     n = DIGEST_CHUNK * 3 + 5
@@ -152,7 +152,7 @@ async def test_sqlite_history_chunks_follow_every_kind_of_edit(tmp_path: Path) -
 
 
 async def test_sqlite_appending_rewrites_one_chunk(tmp_path: Path) -> None:
-    from proxy.state.sqlite import DIGEST_CHUNK
+    from proxy.state.sqlite_rows import DIGEST_CHUNK
 
     s = SQLiteStore(tmp_path / "a.db")
     await s.open()
