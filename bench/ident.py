@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure (median; default 5)")
     args = parser.parse_args(argv)
     from proxy.core.identifiers import Catalog, Source, extract_text
-    from proxy.core.identifiers.extract import scan_text
+    from proxy.core.identifiers.textscan import scan_text
 
     cat = Catalog.load_default()
     text = tool_output()

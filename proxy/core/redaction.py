@@ -25,8 +25,8 @@ from collections.abc import Collection
 from functools import lru_cache
 
 from .identifiers.catalog import Catalog, default_catalog_loaded, default_rules_where
-from .identifiers.extract import scan_text
 from .identifiers.rules import Rule
+from .identifiers.textscan import scan_text
 
 __all__ = ["apply_spans", "has_secret", "placeholder", "redact_secrets", "secret_spans", "sensitive_only"]
 

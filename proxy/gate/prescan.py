@@ -29,8 +29,9 @@ import asyncio
 
 from proxy.core.histtext import is_long, long_messages
 from proxy.core.identifiers.catalog import Catalog
-from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages, scan_text
+from proxy.core.identifiers.extract import DEFAULT_CACHE, ScanCache, extract_messages
 from proxy.core.identifiers.longscan import long_scans
+from proxy.core.identifiers.textscan import scan_text
 from proxy.core.messages import Snapshot
 from proxy.core.notes import note_key, note_search
 from proxy.core.transition import Transition

@@ -12,7 +12,9 @@ interceptor that feed it live in :mod:`proxy.gate.tracking`.
 The class is assembled from parts over shared structures (:mod:`proxy.gate.tracker_parts`):
 replies and deferred accounting (:mod:`proxy.gate.bookkeeping`), what stays in memory
 (:mod:`proxy.gate.residency`), the cache of a shared store (:mod:`proxy.gate.replica_sync`);
-this module holds the lifecycle, the queries, the policy layer's hooks and ``observe``.
+this module holds the lifecycle, the queries, the policy layer's hooks and ``observe``,
+whose synchronous step — recording the matched request — is
+:func:`proxy.gate.admission.record_request`.
 
 Concurrency: every mutation of a conversation happens synchronously within one
 event-loop step (no ``await`` between reading and writing its state), so concurrent
@@ -45,20 +47,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from proxy.accounting import ModelInfo, TokenAccounting
-from proxy.core.lineage import Match, Relation, commonplace, match
+from proxy.accounting import TokenAccounting
+from proxy.core.lineage import commonplace, match
 from proxy.core.lineage_index import LineageIndex, Probe
 from proxy.core.markers import Markers, default_markers
-from proxy.core.messages import Message, MessageFormatError, Snapshot
-from proxy.core.prefix import common_prefix
+from proxy.core.messages import MessageFormatError, Snapshot
+from proxy.gate.admission import record_request
 from proxy.gate.background import BACKGROUND_EXIT_WAIT, background_busy, in_daemon_thread
 from proxy.gate.bookkeeping import Bookkeeping
 from proxy.gate.budget import MemoryBudget, record_bytes
 from proxy.gate.hints import LineMemory, RequestHints
-from proxy.gate.hot import Hot, HotHistories, tools_blob
-from proxy.gate.identity import ExplicitId, explicit_id, new_conversation_id
-from proxy.gate.ledger import PendingCount, no_counts
-from proxy.gate.normalize import IncrementalNormalizer, Normalized
+from proxy.gate.hot import HotHistories
+from proxy.gate.identity import explicit_id
+from proxy.gate.ledger import PendingCount
+from proxy.gate.normalize import IncrementalNormalizer
 from proxy.gate.observation import TRACKED_KINDS, Observation
 from proxy.gate.quiet import QuietQueue
 from proxy.gate.replica_sync import ReplicaSync
@@ -69,7 +71,7 @@ from proxy.gate.writes import DirectWrites, Replica, Writes
 from proxy.server.hooks import Exchange
 from proxy.state.memory import MemoryStore
 from proxy.state.protocol import StateUnavailable
-from proxy.state.records import COMPACTION_KINDS, ConversationRecord, GateEvent, TimelineEntry
+from proxy.state.records import COMPACTION_KINDS, ConversationRecord, GateEvent
 from proxy.state.store import Store
 
 __all__ = [
@@ -86,10 +88,6 @@ log = logging.getLogger(__name__)
 _SHORT_REQUEST = 3
 #: Matching attempts of one request (each after waiting for a hydration or a commit).
 MAX_MATCHES = 8
-#: New messages from which a request's token counting starts at once in a worker thread
-#: (a long history seen for the first time): its reply is recorded once the thread is
-#: done, so the event loop does not count them (unless someone needs them sooner).
-FIRST_SIGHT_MESSAGES = 200
 
 
 class Tracker(Bookkeeping, Residency, ReplicaSync):
@@ -393,218 +391,13 @@ class Tracker(Bookkeeping, Residency, ReplicaSync):
             break
         if m.conversation_id is not None and self._replica is not None and self._replica.busy(m.conversation_id):
             raise StateUnavailable("the conversation stayed busy", "busy")
-        return self._apply(ex, body, api, namespace, explicit, norm, m, agent, model, defer_accounting)
-
-    def _apply(
-        self,
-        ex: Exchange,
-        body: dict[str, Any],
-        api: str,
-        namespace: str,
-        explicit: ExplicitId | None,
-        norm: Normalized,
-        m: Match,
-        agent: str | None,
-        model: str | None,
-        defer: bool,
-    ) -> Observation:
-        """Record the request. Synchronous: atomic with respect to other requests.
-        ``defer``: leave its token accounting pending (see :mod:`proxy.gate.ledger`)."""
-        now = self.clock()
-        snap = norm.snapshot
-        rec, relation = self._open(ex, namespace, explicit, m, now)
-        cid = rec.id
-        hot = self._hot.get(cid)
-        previous = hot.snapshot if hot is not None else None
-        info = self.accounting.model_info(model)
-        if relation == "side_request":
-            defer = False  # rare, and it does not advance the conversation
-
-        # tokens: reuse the cumulative counts of the shared prefix
-        base_cum = no_counts()
-        if hot is not None and hot.tokenizer == info.tokenizer and relation in ("extend", "side_request"):
-            p = min(m.prefix_len, len(hot.cum) - 1)
-            base_cum = hot.cum[: p + 1]
-
-        new_from = m.prefix_len if relation == "extend" else 0
-        new_msgs = snap.messages[new_from:] if relation == "extend" else self._unseen(rec, snap)
-        self._store_new(rec, norm, new_msgs)
-        entry = self._new_entry(ex, rec, relation, snap, m, len(new_msgs), info, model, now)
-        if relation != "side_request":
-            self._advance(rec, namespace, api, body, norm, m, relation, previous, Hot(snap, base_cum, info.tokenizer), info)
-            rec.model = model or rec.model
-        elif rec.model is None:
-            rec.model = model
-        self._touch(cid)
-        pending = PendingCount(
-            entry, model, snap, norm.system_hash, norm.tools_hash, base_cum, info.tokenizer, new_msgs
-        )
-        self._count(rec, pending, defer)
-        self._evict(now)
-        return Observation(
-            conversation_id=cid,
-            tenant=ex.tenant,
-            api=api,
-            relation=relation,
-            match=m,
-            previous=previous,
-            current=snap,
-            seq=entry.seq,
-            is_summarization_request=agent is not None,
-            summarization_agent=agent or None,
-            explicit=explicit,
-            parent_id=rec.parent_id,
-            new_messages=entry.new_messages,
-            tokens=None if defer else entry.tokens,
-            window=info.window,
-            share=None if defer else entry.share,
-            exact=info.exact,
-            stream=ex.stream,
-            model=model,
-            request_id=ex.request_id,
-        )
-
-    def _open(
-        self, ex: Exchange, namespace: str, explicit: ExplicitId | None, m: Match, now: float
-    ) -> tuple[ConversationRecord, Relation]:
-        """The record the request changes — the matched one (its previous request's
-        counts settled: they are this one's base) or a new one — with its transaction
-        opened on a shared store, and the request's relation to it."""
-        cid = m.conversation_id
-        rec = self._recs.get(cid) if cid is not None else None
-        if rec is not None:
-            if self._replica is not None:
-                self._replica.begin(rec)
-            self._settle(rec.id)
-            return rec, m.relation
-        cid = new_conversation_id(explicit, self._recs if self._replica is None else self._taken())
-        rec = ConversationRecord(
-            id=cid,
-            tenant=ex.tenant,
-            namespace=namespace,
-            created=now,
-            last_seen=now,
-            explicit_id=explicit.value if explicit else None,
-            explicit_source=explicit.source if explicit else None,
-            parent_id=m.parent_id,
-        )
-        self._recs[cid] = rec
-        if self._replica is not None:
-            self._replica.begin(rec, create=True)
-        return rec, m.relation if m.relation in ("new", "fork") else "new"
-
-    def _store_new(self, rec: ConversationRecord, norm: Normalized, new_msgs: tuple[Message, ...]) -> None:
-        """Write the request's new messages, and its system prompt and tools when new."""
-        snap = norm.snapshot
-        self._w.messages(rec, new_msgs)
-        if norm.system_hash and (norm.system_hash != rec.system_hash or not self._hot.has_blob(norm.system_hash)):
-            self._put_blob(rec, norm.system_hash, snap.system)
-        if norm.tools_hash and (norm.tools_hash != rec.tools_hash or not self._hot.has_blob(norm.tools_hash)):
-            self._put_blob(rec, norm.tools_hash, tools_blob(snap.tools))
-
-    def _new_entry(
-        self,
-        ex: Exchange,
-        rec: ConversationRecord,
-        relation: Relation,
-        snap: Snapshot,
-        m: Match,
-        new: int,
-        info: ModelInfo,
-        model: str | None,
-        now: float,
-    ) -> TimelineEntry:
-        """The request's timeline entry (``new``: how many of its messages are new),
-        appended to the record with its counters."""
-        rec.seq += 1
-        entry = TimelineEntry(
-            seq=rec.seq,
-            at=now,
-            relation=relation,
-            transition=relation,
-            messages=len(snap.messages),
-            new_messages=new if relation != "side_request" else max(0, len(snap.messages) - m.prefix_len),
-            dropped=m.dropped,
-            tokens=0,
-            window=info.window,
-            share=None,
-            exact=info.exact,
-            model=model,
-            stream=ex.stream,
-            request_id=ex.request_id,
-        )
-        rec.timeline.append(entry)
-        rec.compactions += relation in COMPACTION_KINDS
-        rec.side_requests += relation == "side_request"
-        rec.last_relation = relation
-        if len(rec.timeline) > self.config.max_timeline:
-            del rec.timeline[: len(rec.timeline) - self.config.max_timeline]
-        rec.last_seen = now
-        return entry
-
-    def _advance(
-        self,
-        rec: ConversationRecord,
-        namespace: str,
-        api: str,
-        body: dict[str, Any],
-        norm: Normalized,
-        m: Match,
-        relation: Relation,
-        previous: Snapshot | None,
-        hot: Hot,
-        info: ModelInfo,
-    ) -> None:
-        """Make the request the conversation's current history (not for side requests):
-        the record, its hot snapshot ``hot`` and memory account, the lineage index, the
-        normaliser's memory of the body."""
-        cid, snap = rec.id, norm.snapshot
-        rec.dialect = snap.dialect
-        rec.system_hash = norm.system_hash
-        rec.tools_hash = norm.tools_hash
-        rec.digests = norm.digests
-        rec.request_len = len(norm.digests)
-        rec.window = info.window
-        rec.exact = info.exact
-        self._hot.set(cid, hot)
-        kept = m.prefix_len if relation == "extend" else 0
-        same = common_prefix(previous.digests, snap.digests, kept) if previous is not None else 0
-        self._account_hot(cid, previous.messages if previous is not None else None, snap.messages, same)
-        self.index.upsert(self._history(rec), kept)
-        self.normalizer.remember(namespace, cid, api, body, norm)
-        self._resynced.discard(cid)
-
-    def _count(self, rec: ConversationRecord, pending: PendingCount, defer: bool) -> None:
-        """Count the request's tokens now, or leave them pending (``defer``; a long
-        first-seen history starts counting in a worker thread)."""
-        new_msgs = pending.new
-        first_sight = defer and len(new_msgs) >= FIRST_SIGHT_MESSAGES
-        if first_sight or self.accounting.needs_precount(pending.model, new_msgs):
-            # long texts (and a long first-seen history) are counted in a worker thread
-            # (tiktoken releases the GIL), not on the event loop; the reply's record, which
-            # settles the count, waits for it; a settle that comes first counts on the loop
-            self._count_ahead(rec.id, pending.model, new_msgs, first_sight)
-        if not defer:
-            self._account(rec, pending)
-            return
-        self._pending[rec.id] = pending
-        if self._replica is not None:  # committed with the request, counted later
-            self._w.timeline(rec, pending.entry)
-            self._w.conversation(rec)
+        return record_request(self, ex, body, api, namespace, explicit, norm, m, agent, model, defer_accounting)
 
     def tap(self, obs: Observation) -> TrackingTap:
         """The response tap that records the reply to ``obs``."""
         return TrackingTap(self, obs)
 
     # ------------------------------------------------------------------ internals
-
-    def _unseen(self, rec: ConversationRecord, snap: Snapshot) -> tuple[Message, ...]:
-        known = set(rec.digests)
-        return tuple(x for x in snap.messages if x.digest not in known)
-
-    def _put_blob(self, rec: ConversationRecord, key: str, text: str) -> None:
-        self._hot.keep_blob(key, text)
-        self._w.blob(rec, key, text)
 
     def _ensure_warm(self, model: str | None) -> None:
         if model and self.accounting.claim_warm(model):

@@ -8,7 +8,9 @@ structures, declared once here (and set by ``Tracker.__init__``):
 - :class:`~proxy.gate.residency.Residency`: what stays in memory — eviction by age and
   count, the memory bound, hydrating a cold history;
 - :class:`~proxy.gate.replica_sync.ReplicaSync`: the cache of a shared store;
-- the tracker itself: lifecycle, queries, policy hooks, observing a request.
+- the tracker itself: lifecycle, queries, policy hooks, observing a request (its
+  synchronous step, recording the matched request, is functions of the tracker in
+  :mod:`proxy.gate.admission`).
 """
 
 from __future__ import annotations

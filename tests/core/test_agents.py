@@ -182,7 +182,7 @@ def test_claude_code_metadata_does_not_matter_for_detection() -> None:
 )
 def test_identifier_layer_finds_the_short_shas_of_git_outputs(output: str, command: str, expected: set[str]) -> None:
     """The git fixtures above rely on these being extracted (identifier layer contract)."""
-    from proxy.core.identifiers.extract import scan_text
+    from proxy.core.identifiers.textscan import scan_text
 
     found = {m.value for m in scan_text(output, None, f"bash {command}") if m.kind == "git_sha"}
     assert expected <= found

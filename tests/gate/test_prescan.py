@@ -12,9 +12,10 @@ from typing import Any
 import openai
 import pytest
 
-from proxy.core.identifiers import extract
-from proxy.core.identifiers.extract import ScanCache, extract_messages, extract_snapshot, scan_text
+from proxy.core.identifiers import extract, textscan
+from proxy.core.identifiers.extract import ScanCache, extract_messages, extract_snapshot
 from proxy.core.identifiers.longscan import long_scans
+from proxy.core.identifiers.textscan import scan_text
 from proxy.core.messages import Part, Snapshot, make_message
 from proxy.gate import interceptor as interceptor_mod
 from proxy.gate import prescan as prescan_mod
@@ -36,7 +37,7 @@ def loop_scans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     fake worker below scans in a thread of its own: :data:`worker_scans`), the scan cache emptied."""
     seen: list[int] = []
     worker_scans.clear()
-    real = extract.candidates
+    real = textscan.candidates
 
     def spy(text: str, *args: Any) -> Any:
         try:
@@ -52,7 +53,7 @@ def loop_scans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         worker_scans.append(len(args[0]))
         return await asyncio.to_thread(fn, *args)
 
-    monkeypatch.setattr(extract, "candidates", spy)
+    monkeypatch.setattr(textscan, "candidates", spy)
     monkeypatch.setattr(offload, "run", worker)
     extract.DEFAULT_CACHE.clear()  # nothing scanned before
     yield seen

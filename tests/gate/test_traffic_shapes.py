@@ -222,7 +222,8 @@ def test_a_first_seen_long_history_is_counted_off_the_event_loop() -> None:
     import asyncio
     import threading
 
-    from proxy.gate.tracker import FIRST_SIGHT_MESSAGES, Tracker
+    from proxy.gate.admission import FIRST_SIGHT_MESSAGES
+    from proxy.gate.tracker import Tracker
     from proxy.server.hooks import Exchange
     from proxy.state import MemoryStore
 

@@ -96,7 +96,7 @@ def test_a_secret_that_looks_like_a_placeholder_is_still_redacted() -> None:
     """The analysis may ignore a counting-sequence token as a binding (a documentation
     placeholder); its at-rest copy still never shows it, and the analysis is unchanged."""
     from proxy.core.identifiers.catalog import Catalog
-    from proxy.core.identifiers.extract import scan_text
+    from proxy.core.identifiers.textscan import scan_text
 
     for text in (
         "export GH_TOKEN=ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",

@@ -5,8 +5,8 @@ Public API (stable; the diff, signals and ``check`` build on it):
 - :class:`Source`, :class:`Identifier` (:mod:`.model`)
 - :class:`Catalog` (:mod:`.catalog`): ``Catalog.load_default()``,
   ``Catalog.build(extra_rules, disabled, allowlist)``
-- :func:`extract_text`, :func:`extract_snapshot`, :func:`scan_text`, :func:`snapshot_calls`
-  (:mod:`.extract`)
+- :func:`extract_text`, :func:`extract_snapshot`, :func:`snapshot_calls` (:mod:`.extract`)
+- :func:`scan_text`, :class:`Match` (:mod:`.textscan`)
 - :func:`classify_call`, :func:`classify_command`, :class:`CallClass` (:mod:`.commands`)
 - :func:`mark_regenerability`, :func:`default_regenerable`, :class:`RegenPolicy`,
   :class:`CallRecord` (:mod:`.regen`)
@@ -21,11 +21,9 @@ from .catalog import Catalog
 from .commands import CallClass, classify_call, classify_command, command_of, is_shell_tool
 from .extract import (
     DEFAULT_CACHE,
-    Match,
     ScanCache,
     extract_snapshot,
     extract_text,
-    scan_text,
     snapshot_calls,
 )
 from .model import (
@@ -55,6 +53,7 @@ from .regen import (
     mark_regenerability,
 )
 from .rules import CatalogError, Example, Rule
+from .textscan import Match, scan_text
 
 __all__ = [
     "DEFAULT_CACHE",

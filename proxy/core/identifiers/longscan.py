@@ -4,7 +4,7 @@
 A caller that must not scan a long text where it is (the event loop: one 10 MB text is
 ~0.5 s of scanning, issue 16) asks :func:`long_scans` which scans of its long texts
 :func:`~.extract.extract_messages` or :func:`~.extract.extract_snapshot` would run and
-the cache lacks, runs :func:`~.extract.scan_text` for each elsewhere (a worker process),
+the cache lacks, runs :func:`~.textscan.scan_text` for each elsewhere (a worker process),
 and puts each result in the cache under the key given: the extraction then finds them
 there — the same matches — and scans none of those texts itself.
 """
@@ -17,7 +17,7 @@ from proxy.core.histtext import long_messages
 from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 
 from .catalog import Catalog
-from .extract import TEXT_KEY_CHARS, ScanCache, _link_calls, _scan_snapshot, extract_messages
+from .extract import TEXT_KEY_CHARS, ScanCache, extract_messages, link_calls, scan_snapshot
 
 __all__ = ["long_scans"]
 
@@ -77,8 +77,8 @@ def long_scans(
     cat = catalog or Catalog.load_default()
     collecting = _Collecting(cache, long)
     if only is None:  # extract_snapshot's links, its messages only
-        calls, links = _link_calls(snapshot, collecting)
-        _scan_snapshot(snapshot, cat, collecting, calls, links, frozenset(indexes))
+        calls, links = link_calls(snapshot, collecting)
+        scan_snapshot(snapshot, cat, collecting, calls, links, frozenset(indexes))
     else:
         extract_messages(snapshot, indexes, cat, cache=collecting)
     return [(key, text, ctx) for key, (text, ctx) in collecting.jobs.items()]

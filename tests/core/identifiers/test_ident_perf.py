@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.ident import tool_output
 from proxy.core.identifiers import Catalog, Source, extract_text
-from proxy.core.identifiers.extract import scan_text
+from proxy.core.identifiers.textscan import scan_text
 
 
 def test_a_200kb_tool_output_yields_its_identifiers() -> None:
