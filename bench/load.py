@@ -44,8 +44,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
-from aiohttp import web
 
+from bench.bare import bare_app, start_site
 from proxy.gate.quiet import MAX_DELAY_SECONDS
 from proxy.state.sqlite import FLUSH_DELAY
 
@@ -160,28 +160,7 @@ def _serve(kind: str, upstream: str, q: Any, state_dir: str, cpus: set[int] | No
             await fake.start()
             q.put(fake.url)
         elif kind == "bare":
-            session = aiohttp.ClientSession(auto_decompress=False)
-
-            async def handler(request: web.Request) -> web.StreamResponse:
-                body = await request.read()
-                headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-                async with session.request(request.method, upstream + request.path_qs, data=body, headers=headers) as up:
-                    resp = web.StreamResponse(status=up.status, headers={
-                        k: v for k, v in up.headers.items() if k.lower() not in ("content-length", "transfer-encoding")})
-                    await resp.prepare(request)
-                    async for chunk in up.content.iter_any():
-                        await resp.write(chunk)
-                    await resp.write_eof()
-                    return resp
-
-            app = web.Application(client_max_size=1 << 30)
-            app.router.add_route("*", "/{tail:.*}", handler)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            q.put(f"http://127.0.0.1:{port}")
+            q.put(await start_site(bare_app(lambda request: upstream)))
         elif kind == "policy":
             # the served product: tracking + the default policy (analysis, interventions)
             from proxy.config import ProxyConfig, ServerSettings, StateSettings, Upstream

@@ -14,7 +14,7 @@ its own — in two phases of each round, in the same run:
 
 It prints p50/p99 of each probe in each phase and the ratios loaded / quiet (goal:
 p99 at most 2x), for the gate and, in the same run (rounds interleaved), for a bare
-pass-through in front of the same upstreams (:mod:`bench.stallbare`): the ratio a proxy
+pass-through in front of the same upstreams (:mod:`bench.bare`): the ratio a proxy
 that parses nothing gets on this loaded machine, and the gate's ratio over it. Probes
 are sequential, ``--interval`` ms apart; a probe's time is from sending its request to
 reading its whole response; the large traffic comes from a
@@ -54,8 +54,8 @@ from typing import Any
 
 import aiohttp
 
+from bench.bare import ROUTE_HEADER, serve_bare
 from bench.load import cpu_seconds, cpu_split, pct
-from bench.stallbare import ROUTE_HEADER, serve_bare
 
 BIG_MODEL = "gpt-4o-big"
 
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{l99 * 1e3:10.1f}ms {ratios[target][probe]:9.2f}x {m['large_done']:12.0f}")
         print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
               "fake upstream, not through the proxy: what the loaded harness itself adds; bare = a pass-through\n"
-              "that parses nothing (bench.stallbare), in front of the same upstreams: what the machine alone costs;\n"
+              "that parses nothing (bench.bare), in front of the same upstreams: what the machine alone costs;\n"
               "large/phase = large requests completed while loaded (median): the same number in flight move more\n"
               "bytes per second through a proxy that does less per byte")
         if "gate" in ratios and "bare" in ratios:

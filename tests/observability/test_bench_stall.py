@@ -17,7 +17,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.stallbare import ROUTE_HEADER, serve_bare  # noqa: E402
+from bench.bare import ROUTE_HEADER, serve_bare  # noqa: E402
 from tests.support.fake_upstream import FakeUpstream, Reply  # noqa: E402
 
 
