@@ -53,7 +53,8 @@ from ..core.interventions.recall import (
     turn_of_json,
     with_deferred,
 )
-from ..core.interventions.recall_stream import RoundMerger, merger_for
+from ..core.interventions.recall_merger import RoundMerger
+from ..core.interventions.recall_stream import merger_for
 from ..core.interventions.recall_tool import RecallHandle, offer
 from ..server.hooks import FollowUp
 from .convstate import ConversationState
