@@ -22,7 +22,7 @@ from ..core.diff import SourceRef
 from ..core.identifiers.model import Identifier
 from ..core.interventions.bindings import Binding
 from ..core.interventions.placement import insert_note, raw_index
-from ..core.interventions.recall import RecallHandle
+from ..core.interventions.recall_tool import RecallHandle
 from ..core.interventions.reinject import reinject
 from ..core.interventions.reject import rejection_message
 from ..core.interventions.spill import recall_note, render_region, spill_note

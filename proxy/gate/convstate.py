@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.interventions.bindings import Binding
-from ..core.interventions.recall import RecallHandle
+from ..core.interventions.recall_tool import RecallHandle
 
 #: The actions whose repair is repeated on the conversation's later requests.
 StickyAction = Literal["reinject", "spill", "reject"]

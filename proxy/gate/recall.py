@@ -39,7 +39,6 @@ from typing import Any
 from ..core.interventions.recall import (
     RecallApi,
     RecallCall,
-    RecallHandle,
     TurnCall,
     budget_result,
     client_calls,
@@ -47,7 +46,6 @@ from ..core.interventions.recall import (
     followup_body,
     invalid_result,
     not_found_result,
-    offer,
     recall_calls,
     recall_result,
     rounds_exhausted_note,
@@ -55,7 +53,9 @@ from ..core.interventions.recall import (
     turn_of_json,
     with_deferred,
 )
-from ..core.interventions.recall_stream import RoundMerger, merger_for
+from ..core.interventions.recall_merger import RoundMerger
+from ..core.interventions.recall_stream import merger_for
+from ..core.interventions.recall_tool import RecallHandle, offer
 from ..server.hooks import FollowUp
 from .convstate import ConversationState
 from .request import GateRequest

@@ -24,7 +24,8 @@ This is an adapter, not a second gate: every request goes through the same
 :class:`~proxy.gate.interceptor.GateInterceptor` (the :class:`~proxy.server.hooks.Interceptor`
 the gate's own server calls) — conversation tracking, transition analysis, the
 summarization-call gate, reinject / reject / spill per policy, the tripwire, events and
-metrics. The hooks only translate (:mod:`proxy.integrations.litellm_exchange`):
+metrics. The hooks only translate (:mod:`proxy.integrations.litellm_exchange` for the
+request, :mod:`proxy.integrations.litellm_objects` for LiteLLM's own types):
 
 - ``async_pre_call_hook``: LiteLLM's request ``data`` → :class:`Exchange` →
   ``before()`` → a :class:`Decision`. A replacement body is written back into ``data``
@@ -41,9 +42,10 @@ metrics. The hooks only translate (:mod:`proxy.integrations.litellm_exchange`):
 - The recall tool (``Decision.rounds``) on chat completions: LiteLLM lets a guardrail
   make a second upstream call — the proxy's own router (``proxy_server.llm_router``),
   with the request's ``data`` and the follow-up's messages — so the success hook and
-  the streaming hook run the rounds as the gate's server does (:func:`_again`). The
-  Responses API and Anthropic ``/v1/messages`` routes of LiteLLM are not offered the
-  tool (their router calls differ); they get the spill note instead.
+  the streaming hook run the rounds as the gate's server does
+  (:func:`~proxy.integrations.litellm_objects.follow_up_round`). The Responses API and
+  Anthropic ``/v1/messages`` routes of LiteLLM are not offered the tool (their router
+  calls differ); they get the spill note instead.
 
 The gate starts (state store, policy watcher, optional operator API) on the first
 request, inside LiteLLM's event loop. Its state is per process: with several LiteLLM
@@ -57,7 +59,6 @@ import dataclasses
 import json
 import logging
 import os
-import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -65,7 +66,6 @@ from typing import Any
 
 from aiohttp import web
 from litellm.integrations.custom_guardrail import CustomGuardrail
-from litellm.proxy._types import ProxyException
 from litellm.types.guardrails import GuardrailEventHooks
 
 from ..config import (
@@ -78,15 +78,18 @@ from ..config import (
 )
 from ..gate.interceptor import GateInterceptor
 from ..gate.wiring import build_gate
-from ..server.hooks import Decision, FollowUp, ResponseTap, Rounds
+from ..server.hooks import FollowUp, ResponseTap, Rounds
 from ..server.record import H_ACTION, H_CONVERSATION
-from .litellm_exchange import (
-    CallKind,
-    apply_body,
-    call_kind,
-    chunk_event,
-    event_payload,
-    exchange_of,
+from .litellm_exchange import CallKind, apply_body, call_kind, exchange_of
+from .litellm_objects import (
+    MAX_FOLLOW_UPS,
+    GateRefusal,
+    checked,
+    chunk_sse,
+    follow_up_round,
+    proxy_router,
+    refusal,
+    response_json,
 )
 from .operator import create_operator_app
 
@@ -97,45 +100,6 @@ log = logging.getLogger("compaction_gate.litellm")
 POLICY_ENV_VAR = "COMPACTION_GATE_POLICY"
 #: Requests whose response has not been seen yet (a failed call never reports back).
 MAX_PENDING = 10_000
-
-
-class GateRefusal(ProxyException):
-    """A gate rejection as LiteLLM's own error: LiteLLM renders ``to_dict()`` under
-    ``{"error": …}`` with HTTP status ``code``. The body's ``code`` is the gate's
-    (``destructive_compaction``) rather than the status LiteLLM puts there by default,
-    as the gate's own server answers (DESIGN §6)."""
-
-    def __init__(self, status: int, message: str, gate_code: str, type: str, param: str | None, headers: dict[str, str]) -> None:
-        super().__init__(message=message, type=type, param=param, code=status, headers=headers, openai_code=gate_code)
-        self.gate_code = gate_code
-
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        out["code"] = self.gate_code
-        return out
-
-
-def _refusal(decision: Decision) -> GateRefusal:
-    rej = decision.reject
-    assert rej is not None
-    headers = {"x-should-retry": "false", H_ACTION: decision.action or "reject", **dict(decision.headers)}
-    if decision.conversation_id:
-        headers[H_CONVERSATION] = decision.conversation_id
-    return GateRefusal(rej.status, rej.message, rej.code, rej.type, rej.param, headers)
-
-
-def _stream_error(message: str) -> Exception:
-    """LiteLLM's mid-stream block: its data generator turns this into its SSE error frame
-    (``data: {"error": {"message": …, "type": …, "code": "400"}}``), which every OpenAI
-    SDK raises on."""
-    from litellm.proxy.proxy_server import StreamingCallbackError
-
-    exc = StreamingCallbackError(message)
-    exc.message = message  # type: ignore[attr-defined]
-    exc.type = "invalid_request_error"  # type: ignore[attr-defined]
-    exc.param = None  # type: ignore[attr-defined]
-    exc.status_code = 400  # type: ignore[attr-defined]
-    return exc
 
 
 @dataclass
@@ -290,7 +254,7 @@ class CompactionGateGuardrail(CustomGuardrail):
             data,
             call,
             getattr(user_api_key_dict, "api_key", None) or getattr(user_api_key_dict, "token", None),
-            supports_rounds=call.kind == "chat" and _router() is not None,
+            supports_rounds=call.kind == "chat" and proxy_router() is not None,
         )
         decision = await self.gate.before(ex)
         if decision.after_send is not None:  # deferred tracking: nothing is sent before it here
@@ -303,7 +267,7 @@ class CompactionGateGuardrail(CustomGuardrail):
                 tap=later.tap,
             )
         if decision.reject is not None:
-            raise _refusal(decision)
+            raise refusal(decision)
         if decision.body is not None:
             apply_body(data, decision.body)
         rounds = decision.rounds if ex.supports_rounds else None
@@ -355,7 +319,7 @@ class CompactionGateGuardrail(CustomGuardrail):
         tap, rounds = pending.tap, pending.rounds
         pending.rounds = None
         self._done(data, pending, tap=True)
-        body, rebuild = _response_json(response)
+        body, rebuild = response_json(response)
         if body is None:
             if rounds is not None:
                 rounds.closed("content_encoding")
@@ -373,13 +337,13 @@ class CompactionGateGuardrail(CustomGuardrail):
                     break
                 follow_ups += 1
                 try:
-                    again = await _again(data, answer.body, stream=False)
+                    again = await follow_up_round(data, answer.body, stream=False)
                 except Exception:
                     rounds.closed("upstream_error")
                     if tap is not None:
                         tap.closed("upstream_error")
                     raise  # upstream's failure, as LiteLLM reports it
-                body, rebuild = _response_json(again)
+                body, rebuild = response_json(again)
                 if body is None:
                     rounds.closed("content_encoding")
                     return again
@@ -417,17 +381,17 @@ class CompactionGateGuardrail(CustomGuardrail):
             follow_ups = 0
             while True:
                 async for chunk in response:
-                    raw, rebuild = _chunk_event(chunk)
+                    raw, rebuild = chunk_sse(chunk)
                     if raw is None:  # not a chunk the gate reads: pass it on
                         yield chunk
                         continue
                     events = rounds.feed_event(raw) if rounds is not None else [raw]
-                    for out in _checked(through(events)):
+                    for out in checked(through(events)):
                         yield chunk if out == raw else rebuild(out)
                 nxt = await rounds.after_stream() if rounds is not None else []
                 if isinstance(nxt, FollowUp) and follow_ups < MAX_FOLLOW_UPS:
                     follow_ups += 1
-                    response = await _again(request_data, nxt.body, stream=True)
+                    response = await follow_up_round(request_data, nxt.body, stream=True)
                     continue
                 if isinstance(nxt, FollowUp):
                     assert rounds is not None
@@ -437,7 +401,7 @@ class CompactionGateGuardrail(CustomGuardrail):
                 break
             finished = True
             tail = through(nxt) + (tap.finish() if tap is not None else [])
-            for out in _checked(tail):
+            for out in checked(tail):
                 yield rebuild(out) if rebuild is not None else out
         finally:
             if not finished:
@@ -445,95 +409,6 @@ class CompactionGateGuardrail(CustomGuardrail):
                     rounds.closed("client_disconnected")
                 if tap is not None:
                     tap.closed("client_disconnected")
-
-
-# ---------------------------------------------------------------------- rounds
-
-
-#: Follow-up calls one request may cause (as behind the gate's own server).
-MAX_FOLLOW_UPS = 16
-
-
-def _router() -> Any:
-    """The LiteLLM proxy's router, when running inside the proxy (else ``None``)."""
-    try:
-        from litellm.proxy import proxy_server
-    except Exception:  # noqa: BLE001 - litellm without its proxy extras
-        return None
-    return getattr(proxy_server, "llm_router", None)
-
-
-async def _again(data: Mapping[str, Any], body: bytes, *, stream: bool) -> Any:
-    """A follow-up round of a chat completion through LiteLLM's own router: the
-    request's ``data`` (its model, deployment and key bookkeeping) with the follow-up's
-    messages and tools, under a new call id."""
-    router = _router()
-    if router is None:
-        raise RuntimeError("LiteLLM's router is not available for a follow-up round")
-    kwargs = dict(data)
-    apply_body(kwargs, body)
-    kwargs["litellm_call_id"] = str(uuid.uuid4())
-    kwargs["stream"] = stream
-    return await router.acompletion(**kwargs)
-
-
-# ---------------------------------------------------------------------- translation
-
-
-def _checked(events: list[bytes]) -> list[bytes]:
-    """Events the tap emitted; an error event among them (a block) ends the stream."""
-    for ev in events:
-        _, payload = event_payload(ev)
-        if isinstance(payload, dict) and "error" in payload and "choices" not in payload:
-            err = payload["error"]
-            msg = err.get("message") if isinstance(err, dict) else None
-            raise _stream_error(str(msg or err))
-    return events
-
-
-def _response_json(response: Any) -> tuple[bytes | None, Any]:
-    """A response object as the JSON body the wire carries, and how to rebuild one of the
-    same type (keeping LiteLLM's hidden params: cost, headers) from a changed body."""
-    if isinstance(response, dict):
-        return json.dumps(response, ensure_ascii=False).encode(), lambda obj: obj
-    dump = getattr(response, "model_dump", None)
-    if dump is None:
-        return None, None
-    cls = type(response)
-    hidden = getattr(response, "_hidden_params", None)
-
-    def rebuild(obj: dict[str, Any]) -> Any:
-        new = cls(**obj)
-        if hidden is not None:
-            new._hidden_params = hidden
-        return new
-
-    return json.dumps(dump(), ensure_ascii=False).encode(), rebuild
-
-
-def _chunk_event(chunk: Any) -> tuple[bytes | None, Any]:
-    """A streamed chunk as the SSE event the wire would carry, and how to turn an event
-    the tap emits (changed, or added: a note, a verbatim section) back into a chunk: one
-    of the same class when it has the same shape, else the raw SSE event, which LiteLLM's
-    stream writer relays as it is."""
-    dump = getattr(chunk, "model_dump", None)
-    if dump is None:
-        return None, None
-    obj = dump()
-    cls = type(chunk)
-    kind = obj.get("type") if "choices" not in obj else None
-    event = kind if isinstance(kind, str) else None
-
-    def rebuild(raw: bytes) -> Any:
-        _, payload = event_payload(raw)
-        if isinstance(payload, dict) and payload.get("type") == kind:
-            try:
-                return cls(**payload)
-            except Exception:  # noqa: BLE001 - another shape: relay the event itself
-                log.debug("stream event kept raw: %s", kind)
-        return raw
-
-    return chunk_event(obj, event), rebuild
 
 
 def _from_environment() -> CompactionGateGuardrail:

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from proxy.config import StateSettings
-from proxy.core.interventions.recall import RecallHandle
+from proxy.core.interventions.recall_tool import RecallHandle
 from proxy.gate.convstate import MAX_RECALL_HANDLES, ConversationState
 from proxy.policy import ConfigError, load_policy, load_policy_text
 from proxy.policy.model import RequestContext

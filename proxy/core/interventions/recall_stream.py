@@ -1,7 +1,8 @@
 """Several upstream rounds relayed as one client stream (pure; see :mod:`.recall`).
 
-A :class:`RoundMerger` is fed the SSE events of one upstream round after another and
-returns what the client gets, so that the client sees one coherent response:
+A :class:`~.recall_merger.RoundMerger` (the base, in :mod:`.recall_merger`; here one
+subclass per API and :func:`merger_for`) is fed the SSE events of one upstream round after
+another and returns what the client gets, so that the client sees one coherent response:
 
 - events are passed on as they arrive until the model starts a tool call; from then on
   the round's events are held until it ends, because a recall call may follow the
@@ -29,104 +30,12 @@ from typing import Any
 
 from ..chat_calls import ChatToolCalls, piece_index
 from ..responses import anthropic_blocks
-from .recall import RESPONSES_CALLS, RecallApi, note_item, sum_usage, without_tool
+from .recall import RESPONSES_CALLS, RecallApi, note_item, without_tool
+from .recall_merger import Held, RoundEnd, RoundMerger
 from .sse import parse_event, render_event
 from .tripwire_stream import message_item_events
 
-__all__ = ["RoundEnd", "RoundMerger", "merger_for"]
-
-
-@dataclass(frozen=True, slots=True)
-class RoundEnd:
-    """One finished round: the model's turn (the dialect's own shape, as
-    :func:`.recall.turn_of_json` returns it) and its usage (``None`` if not streamed)."""
-
-    turn: Any
-    usage: dict[str, Any] | None
-
-
-@dataclass(slots=True)
-class _Held:
-    """A held event: parsed (``obj``; ``None`` for one that is not JSON), its SSE name,
-    the raw bytes, and the round's own index of the item/block it belongs to."""
-
-    obj: Any
-    event: str | None
-    raw: bytes
-    index: int | None = None
-
-
-class RoundMerger:
-    """Base: holding, rounds and usage; one subclass per API."""
-
-    api: RecallApi
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.round = 0
-        self.usages: list[dict[str, Any]] = []
-        self.holding = False
-        self.held: list[_Held] = []
-
-    def _out(self, h: _Held) -> list[bytes]:
-        if self.holding:
-            self.held.append(h)
-            return []
-        return [h.raw]
-
-    def feed(self, raw: bytes) -> list[bytes]:
-        """One complete SSE event of the current round; returns what the client gets now."""
-        raise NotImplementedError
-
-    def end_round(self) -> RoundEnd:
-        """The current round's upstream stream ended."""
-        end = self._end()
-        if end.usage is not None:
-            self.usages.append(end.usage)
-        return end
-
-    def _end(self) -> RoundEnd:
-        raise NotImplementedError
-
-    def next_round(self) -> None:
-        """The round ended with a recall: drop what was held, expect the next round."""
-        self.round += 1
-        self.holding = False
-        self.held = []
-        self._reset()
-
-    def _reset(self) -> None:
-        raise NotImplementedError
-
-    def release(self) -> list[bytes]:
-        """The last round ended without a recall: the held events, usage summed."""
-        return [h.raw for h in self.held] + self._tail()
-
-    def _tail(self) -> list[bytes]:
-        """The terminal events, usage summed over the rounds."""
-        raise NotImplementedError
-
-    def strip(self, note: str) -> list[bytes]:
-        """The last round ended with a recall the gate will not resolve: the held events
-        without the recall calls (``note`` as text when no client call is left)."""
-        raise NotImplementedError
-
-    def summed(self) -> dict[str, Any] | None:
-        return sum_usage(self.usages) if len(self.usages) > 1 else None
-
-    def abandon(self) -> list[bytes]:
-        """Everything held, as it came (the merger is given up; the rest passes as is)."""
-        out = [h.raw for h in self.held] + self._kept()
-        self.held, self.holding = [], False
-        return out
-
-    def _kept(self) -> list[bytes]:
-        """The terminal events held apart from the others (raw)."""
-        raise NotImplementedError
-
-    def response_ids(self) -> tuple[str | None, str | None]:
-        """(the response id the client saw, the last round's own) — Responses API only."""
-        return None, None
+__all__ = ["merger_for"]
 
 
 def merger_for(api: RecallApi, name: str) -> RoundMerger:
@@ -161,7 +70,7 @@ class ChatMerger(RoundMerger):
             return []
         obj = ev.json()
         if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-            return self._out(_Held(obj, ev.event, raw))  # an error event, a comment
+            return self._out(Held(obj, ev.event, raw))  # an error event, a comment
         changed = False
         if self.meta is None:
             self.meta = {k: obj[k] for k in ("id", "created") if k in obj}
@@ -190,7 +99,7 @@ class ChatMerger(RoundMerger):
                 self.holding = True
             if self.round and first and not finish and not delta.get("content") and not delta.get("tool_calls"):
                 return []  # the next round's opening role chunk: the client has one already
-        return self._out(_Held(obj, ev.event, render_event(obj) if changed else raw))
+        return self._out(Held(obj, ev.event, render_event(obj) if changed else raw))
 
     def _end(self) -> RoundEnd:
         turn: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
@@ -257,26 +166,26 @@ class AnthropicMerger(RoundMerger):
         self.blocks: dict[int, dict[str, Any]] = {}
         self.forwarded = 0
         self.start_usage: dict[str, Any] = {}
-        self.delta: _Held | None = None
+        self.delta: Held | None = None
 
     def feed(self, raw: bytes) -> list[bytes]:
         ev = parse_event(raw)
         obj = ev.json()
         if not isinstance(obj, dict):
-            return self._out(_Held(obj, ev.event, raw))
+            return self._out(Held(obj, ev.event, raw))
         typ = obj.get("type") or ev.event
         if typ == "message_start":
             msg = obj.get("message") or {}
             self.start_usage = dict(msg.get("usage") or {})
             return [raw] if self.round == 0 else []
         if typ == "message_delta":
-            self.delta = _Held(obj, ev.event, raw)
+            self.delta = Held(obj, ev.event, raw)
             return []
         if typ == "message_stop":
             self.stop = raw
             return []
         if typ not in ("content_block_start", "content_block_delta", "content_block_stop"):
-            return self._out(_Held(obj, ev.event, raw))  # ping, error, unknown
+            return self._out(Held(obj, ev.event, raw))  # ping, error, unknown
         idx = int(obj.get("index", 0))
         if typ == "content_block_start":
             block = dict(obj.get("content_block") or {})
@@ -292,7 +201,7 @@ class AnthropicMerger(RoundMerger):
         if self.offset:
             obj["index"] = idx + self.offset
             rendered = render_event(obj, ev.event)
-        return self._out(_Held(obj, ev.event, rendered, idx))
+        return self._out(Held(obj, ev.event, rendered, idx))
 
     def _end(self) -> RoundEnd:
         content = anthropic_blocks(self.blocks, keep_cut_input=False)
@@ -391,7 +300,7 @@ class ResponsesMerger(RoundMerger):
     def _reset(self) -> None:
         self.items: dict[int, Any] = {}
         self.forwarded: list[Any] = []
-        self.final: _Held | None = None
+        self.final: Held | None = None
 
     def _emit(self, obj: dict[str, Any], event: str | None, raw: bytes, changed: bool) -> bytes:
         if isinstance(obj.get("sequence_number"), int):
@@ -413,7 +322,7 @@ class ResponsesMerger(RoundMerger):
         ev = parse_event(raw)
         obj = ev.json()
         if not isinstance(obj, dict):
-            return self._out(_Held(obj, ev.event, raw))
+            return self._out(Held(obj, ev.event, raw))
         typ = obj.get("type") or ev.event
         changed = False
         if typ in _LIFECYCLE:
@@ -425,7 +334,7 @@ class ResponsesMerger(RoundMerger):
             changed = self._untool(resp)
             return [self._emit(obj, ev.event, raw, changed)]
         if typ in _FINAL:
-            self.final = _Held(obj, ev.event, raw)
+            self.final = Held(obj, ev.event, raw)
             done = obj.get("response")
             if isinstance(done, dict) and isinstance(done.get("id"), str):
                 self.last_id = done["id"]
@@ -441,7 +350,7 @@ class ResponsesMerger(RoundMerger):
         if idx is not None and self.offset:
             obj["output_index"] = idx + self.offset
             changed = True
-        h = _Held(obj, ev.event, raw, idx)
+        h = Held(obj, ev.event, raw, idx)
         if self.holding:
             h.raw = render_event(obj, ev.event) if changed else raw
             self.held.append(h)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from .bindings import Binding, render_binding_lines
-from .sse import SSEEvent, parse_event, render_event
+from .sse import DialectStream, SSEEvent, render_event
 
 SummaryApi = Literal["chat", "responses", "messages"]
 
@@ -162,7 +162,7 @@ def message_item_text(item: dict[str, Any]) -> str:
     ) if isinstance(content, list) else ""
 
 
-class SummaryStreamPatcher:
+class SummaryStreamPatcher(DialectStream):
     """Stateful SSE rewriter for one summarization response.
 
     ``feed(raw_event) -> events to emit``; ``finish() -> events to emit before the end``.
@@ -198,14 +198,6 @@ class SummaryStreamPatcher:
             return ""
         self.appended = missing
         return verbatim_section(missing)
-
-    def feed(self, raw: bytes) -> list[bytes]:
-        ev = parse_event(raw)
-        if self.api == "chat":
-            return self._feed_chat(ev)
-        if self.api == "responses":
-            return self._feed_responses(ev)
-        return self._feed_anthropic(ev)
 
     def finish(self) -> list[bytes]:
         out: list[bytes] = []

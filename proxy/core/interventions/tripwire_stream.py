@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..chat_calls import ChatToolCalls
-from .sse import SSEEvent, parse_event, render_event
+from .sse import DialectStream, SSEEvent, render_event
 from .summary import event_text
 from .tripwire import (
     Hallucination,
@@ -36,7 +36,7 @@ Checker = Callable[[Sequence[ToolCall]], list[Hallucination]]
 _RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-class ToolCallStreamGuard:
+class ToolCallStreamGuard(DialectStream):
     """Hold tool-call events until each call is complete, then check them.
 
     ``on_found(hallucinations)`` is called once per finding (for events/metrics)."""
@@ -83,12 +83,7 @@ class ToolCallStreamGuard:
             return []
         if self.action == "off":
             return [raw]
-        ev = parse_event(raw)
-        if self.api == "chat":
-            return self._feed_chat(ev)
-        if self.api == "responses":
-            return self._feed_responses(ev)
-        return self._feed_anthropic(ev)
+        return super().feed(raw)
 
     def finish(self) -> list[bytes]:
         if self.blocked:

@@ -13,22 +13,24 @@ from hypothesis import strategies as st
 
 from proxy.core.dialects import from_openai_chat
 from proxy.core.interventions.recall import (
-    RecallHandle,
-    choose_name,
     client_calls,
     final_json,
     followup_body,
-    offer,
     passages,
     recall_calls,
     recall_result,
     strip_json,
     sum_usage,
+    turn_of_json,
+    with_deferred,
+)
+from proxy.core.interventions.recall_tool import (
+    RecallHandle,
+    choose_name,
+    offer,
     tool_definition,
     tool_description,
     tools_refused,
-    turn_of_json,
-    with_deferred,
 )
 from proxy.core.interventions.spill import render_region
 
