@@ -26,11 +26,12 @@ the gate's own server calls) — conversation tracking, transition analysis, the
 summarization-call gate, reinject / reject / spill per policy, the tripwire, events and
 metrics. The hooks only translate (:mod:`proxy.integrations.litellm_exchange`):
 
-- ``async_pre_call_hook``: LiteLLM's request ``data`` → :class:`Exchange` →
-  ``before()`` → a :class:`Decision`. A replacement body is written back into ``data``
-  (re-injected bindings, the summary contract); a rejection is raised as LiteLLM's own
-  :class:`ProxyException`, rendered by LiteLLM as HTTP 400 with the OpenAI error body
-  (``code: destructive_compaction``) and ``x-should-retry: false``.
+- ``async_pre_call_hook``: LiteLLM's request ``data`` →
+  :class:`~proxy.server.hooks.Exchange` → ``before()`` → a :class:`Decision`. A
+  replacement body is written back into ``data`` (re-injected bindings, the summary
+  contract); a rejection is raised as LiteLLM's own :class:`ProxyException`, rendered by
+  LiteLLM as HTTP 400 with the OpenAI error body (``code: destructive_compaction``) and
+  ``x-should-retry: false``.
 - ``async_post_call_success_hook``: the response as JSON through the decision's
   :class:`ResponseTap` (summary check, tripwire, recording the reply).
 - ``async_post_call_streaming_iterator_hook``: each chunk as the SSE event the wire
