@@ -1,11 +1,11 @@
 """Identifier extraction on a large tool output (``python -m bench.ident``).
 
-Times :func:`scan_text` over a 200 KB mixed tool output (pytest lines, ``git log``
-commits, JSON with UUIDs, terraform plans, prose) and a cached re-extraction of 50 KB,
-each the median of ``--repeat`` runs, beside a baseline measured in the same run: one
-pass of a single regular expression over the same text. Speed is reported here, as a
-ratio, never asserted by a test (tests/core/identifiers/test_ident_perf.py keeps what
-is not timing).
+Times :func:`~proxy.core.identifiers.textscan.scan_text` over a 200 KB mixed tool output
+(pytest lines, ``git log`` commits, JSON with UUIDs, terraform plans, prose) and a
+cached re-extraction of 50 KB, each the median of ``--repeat`` runs, beside a baseline
+measured in the same run: one pass of a single regular expression over the same text.
+Speed is reported here, as a ratio, never asserted by a test
+(tests/core/identifiers/test_ident_perf.py keeps what is not timing).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Covers OpenAI chat completions, the OpenAI Responses API and Anthropic messages, tool
 calls included. The reply is normalised exactly like the same turn will be when the
-client sends it back in its next request (same :mod:`proxy.core.messages` code path), so
+client sends it back in its next request (same :mod:`proxy.core.dialects` code path), so
 its digests line up with the next request's history.
 
 Contracts:

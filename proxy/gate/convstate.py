@@ -168,9 +168,9 @@ class ConversationStates:
     """An LRU of :class:`ConversationState` by conversation id (thread-safe), read from
     and written to a backing store when given (``load``/``save``).
 
-    ``version(cid)``: a token that changes when the backing record changes under us (a
-    store shared with other replicas, :meth:`Tracker.version`); a cached state whose
-    token differs is read again. After this process commits its own change it calls
+    ``version(cid)``: a token that changes when the backing record changes under us (a store
+    shared with other replicas, :meth:`~proxy.gate.tracker.Tracker.version`); a cached state
+    whose token differs is read again. After this process commits its own change it calls
     :meth:`confirm`, so its own writes never force a re-read."""
 
     def __init__(

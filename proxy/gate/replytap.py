@@ -66,10 +66,11 @@ MAX_KEPT_BYTES = 64 << 20
 class TrackingTap:
     """Records the reply of one request. Never raises, never changes a response:
     ``observe_only`` (the server may feed it a JSON reply right after sending it, see
-    :class:`proxy.server.hooks.ResponseTap`). What it is fed is only kept: SSE events
-    are passed through unchanged and immediately, and the reply is parsed or reassembled
-    from them, and recorded, once the event loop is quiet (:meth:`Tracker.later`) — a
-    long stream's events are parsed as they come, :data:`ASSEMBLE_BYTES` at a time.
+    :class:`proxy.server.hooks.ResponseTap`). What it is fed is only kept: SSE events are
+    passed through unchanged and immediately, and the reply is parsed or reassembled from
+    them, and recorded, once the event loop is quiet
+    (:meth:`~proxy.gate.tracker.Tracker.later`) — a long stream's events are parsed as they
+    come, :data:`ASSEMBLE_BYTES` at a time.
 
     With a shared store the tap ``settles``: the server awaits :meth:`settle` before the
     response ends, and the reply is recorded and committed by then — so the client's

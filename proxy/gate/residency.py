@@ -96,7 +96,7 @@ class Residency(TrackerParts):
 
     def _forget_local(self, cid: str) -> None:
         """Drop everything this process keeps of ``cid`` but its record (see
-        :meth:`_evict` and :meth:`ReplicaSync._drop`)."""
+        :meth:`_evict` and :meth:`~proxy.gate.replica_sync.ReplicaSync._drop`)."""
         self._pending.pop(cid, None)
         self.budget.drop(cid)
         ns = self.index.namespace_of(cid)

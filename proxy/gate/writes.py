@@ -116,8 +116,8 @@ class Txn:
     log: list[dict[str, Any]] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)
     stats: bool = False
-    #: the gate's state of the conversation when the transaction opened (a decision
-    #: that changes it stores a new dict: :meth:`Tracker.save_gate_state`)
+    #: the gate's state of the conversation when the transaction opened (a decision that
+    #: changes it stores a new dict: :meth:`~proxy.gate.tracker.Tracker.save_gate_state`)
     gate: object = None
     #: left open past the request's decision, to be committed with its reply
     #: (:meth:`Replica.defer`)

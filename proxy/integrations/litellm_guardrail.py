@@ -27,11 +27,12 @@ summarization-call gate, reinject / reject / spill per policy, the tripwire, eve
 metrics. The hooks only translate (:mod:`proxy.integrations.litellm_exchange` for the
 request, :mod:`proxy.integrations.litellm_objects` for LiteLLM's own types):
 
-- ``async_pre_call_hook``: LiteLLM's request ``data`` → :class:`Exchange` →
-  ``before()`` → a :class:`Decision`. A replacement body is written back into ``data``
-  (re-injected bindings, the summary contract); a rejection is raised as LiteLLM's own
-  :class:`ProxyException`, rendered by LiteLLM as HTTP 400 with the OpenAI error body
-  (``code: destructive_compaction``) and ``x-should-retry: false``.
+- ``async_pre_call_hook``: LiteLLM's request ``data`` →
+  :class:`~proxy.server.hooks.Exchange` → ``before()`` → a :class:`Decision`. A
+  replacement body is written back into ``data`` (re-injected bindings, the summary
+  contract); a rejection is raised as LiteLLM's own :class:`ProxyException`, rendered by
+  LiteLLM as HTTP 400 with the OpenAI error body (``code: destructive_compaction``) and
+  ``x-should-retry: false``.
 - ``async_post_call_success_hook``: the response as JSON through the decision's
   :class:`ResponseTap` (summary check, tripwire, recording the reply).
 - ``async_post_call_streaming_iterator_hook``: each chunk as the SSE event the wire

@@ -1,9 +1,10 @@
 """A plain append to a conversation the gate holds nothing for — and a change of its
 last turn that lost nothing required (a reply the client replaced with its own call) —
-is decided without the policy's steps (:meth:`GateInterceptor._quiet`): the same
-outcome — timeline, events, what the client gets — as the full steps, which still run
-whenever the conversation has something pending (here: after a destructive compaction)
-or the change lost a required binding."""
+is decided without the policy's steps
+(:meth:`~proxy.gate.interceptor.GateInterceptor._quiet`): the same outcome — timeline,
+events, what the client gets — as the full steps, which still run whenever the
+conversation has something pending (here: after a destructive compaction) or the change
+lost a required binding."""
 
 from __future__ import annotations
 

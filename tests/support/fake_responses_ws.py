@@ -10,9 +10,10 @@ new items (an unknown id is an ``error`` event, ``previous_response_not_found``)
 
 The responder sees the *resolved* body (``Call.json["input"]`` is the whole history); the
 recorded request (``FakeUpstream.requests``, method ``WS``) keeps the raw frame as
-``body`` and the resolved body as ``json``. Faults: a queued :class:`Fault` with
-``status`` answers the next frame with an error event of that status; with
-``drop_connection`` the socket is closed without an answer.
+``body`` and the resolved body as ``json``. Faults: a queued
+:class:`~tests.support.fake_upstream.Fault` with ``status`` answers the next frame with an
+error event of that status; with ``drop_connection`` the socket is closed without an
+answer.
 """
 
 from __future__ import annotations

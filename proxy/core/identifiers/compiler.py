@@ -125,7 +125,7 @@ def _examples(v: Any, where: str, negative: bool) -> tuple[Example, ...]:
 
 
 def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
-    """Validate and compile one raw rule mapping. Raises :class:`CatalogError`."""
+    """Validate and compile one raw rule mapping. Raises :class:`~.rules.CatalogError`."""
     line = raw.get("__line__")
     rid = raw.get("id")
     where = f"{origin}:{line}" if line else origin

@@ -58,12 +58,12 @@ class Cand:
 class _Gates:
     """A catalogue's gates inverted: which rules a text's words, its substrings and the
     producing command can let through. A rule with anchors or tokens runs only if one of
-    them is a word of the text (tokens), a substring of it (anchors), or a substring of
-    the producing command (either) — the test :func:`rule_matches` makes, made here for
-    every rule at once: one set intersection for the tokens, one substring test per
+    them is a word of the text (tokens), a substring of it (anchors), or a substring of the
+    producing command (either) — the test :func:`~.rulematch.rule_matches` makes, made here
+    for every rule at once: one set intersection for the tokens, one substring test per
     distinct anchor, instead of every literal of every rule tried on every text (a short
-    text then cost as much as 340 tests). What the producing command lets through, and
-    which rules' required context it carries, is remembered per command."""
+    text then cost as much as 340 tests). What the producing command lets through, and which
+    rules' required context it carries, is remembered per command."""
 
     __slots__ = ("_sources", "anchors", "by_source", "by_token", "order", "rule_gates", "token_set", "ungated",
                  "ungated_free", "ungated_runs")
@@ -87,7 +87,7 @@ class _Gates:
         self.ungated = frozenset(ungated)
         #: the ungated rules without a prefilter (always live), and the others grouped by
         #: prefilter and run length (one test per group: a run of the right length,
-        #: without which :func:`rule_matches` would find nothing)
+        #: without which :func:`~.rulematch.rule_matches` would find nothing)
         self.ungated_free = frozenset(k for k in ungated if self.order[k].prefilter is None)
         groups: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
         for k in ungated:
@@ -112,7 +112,7 @@ class _Gates:
 
     def live(self, ix: TextIndex, src_ctx: str) -> list[tuple[Rule, Gate]]:
         """The rules that pass their anchor/token gate on ``ix``, in scan order, each with
-        its gate for :func:`rule_matches`."""
+        its gate for :func:`~.rulematch.rule_matches`."""
         live = set(self.ungated_free)
         for pf, rl, group in self.ungated_runs:
             runs = ix.runs(pf)

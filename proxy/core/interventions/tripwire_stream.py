@@ -256,9 +256,9 @@ class ToolCallStreamGuard(DialectStream):
     def _responses_block(self, call: dict[str, Any], done: dict[str, Any], message: str) -> list[bytes]:
         """Replace the held events of a blocked call by an assistant message item at the
         same output index saying what was stopped, so the stream still ends with its own
-        ``response.completed`` (no client retries a completed response, and each shows
-        the message) and no agent executes the call — as :func:`block_json` does for a
-        JSON response. Other held calls of the same response are dropped with it."""
+        ``response.completed`` (no client retries a completed response, and each shows the
+        message) and no agent executes the call — as :func:`~.tripwire.block_json` does for
+        a JSON response. Other held calls of the same response are dropped with it."""
         raw_index = done.get("output_index")
         index = raw_index if isinstance(raw_index, int) else self._resp_last_index
         held, self._held, self._holding = self._held, [], False
