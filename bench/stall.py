@@ -14,17 +14,19 @@ its own — in two phases of each round, in the same run:
 
 It prints p50/p99 of each probe in each phase and the ratios loaded / quiet (goal:
 p99 at most 2x), for the gate and, in the same run (rounds interleaved), for a bare
-pass-through in front of the same upstreams (:mod:`bench.bare`): the ratio a proxy
-that parses nothing gets on this loaded machine, and the gate's ratio over it. Probes
-are sequential, ``--interval`` ms apart; a probe's time is from sending its request to
-reading its whole response; the large traffic comes from a
+pass-through in front of the same upstreams (:mod:`bench.bare`), its large traffic
+started no faster than the gate carried it in the same round (``--no-match-rate``: as
+many in flight, which moves more bytes through a proxy that does less per byte): the
+ratio a proxy that parses nothing gets on this machine under the same load, and the
+gate's over it. Probes are sequential, ``--interval`` ms apart; a probe's time is from
+sending its request to reading its whole response; the large traffic comes from a
 process of its own, and it and its fake upstream run at a lower CPU priority (nice 10)
 than the probes' client, so the harness's own work delays the probes as little as
 possible and what is measured is the proxy. Placement as in
 ``bench.load``: the harness (clients, fake upstream) on one half of the CPUs, the proxy
 on the other.
 
-    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--targets gate bare] [--no-pin] [--trace DIR [--dump-after S] [--callbacks [MS]]]
+    python -m bench.stall [--rounds 3] [--seconds 8] [--big 4] [--mb 10] [--targets gate bare] [--no-match-rate] [--no-pin] [--trace DIR [--dump-after S] [--callbacks [MS]]]
 
 ``--trace DIR`` attributes the stalls: every time the proxy's event loop is more than
 100 ms late, the stacks of all its threads (``DIR/stalls.txt``, with every cyclic-GC
@@ -229,19 +231,33 @@ def _big_body(mb: int, n: int, stream: bool) -> bytes:
                        "messages": [{"role": "user", "content": f"{n} {run}"}]}).encode()
 
 
-def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any, done: Any) -> None:
+def _pump_process(url: str, big: int, mb: int, cpus: set[int] | None, ready: Any, done: Any,
+                  rate: float | None = None) -> None:
     """The large traffic, in a process of its own: ``big`` requests kept in flight (each
-    finished one replaced by another, a new conversation) until terminated."""
+    finished one replaced by another, a new conversation) until terminated; with
+    ``rate``, at most that many started per second (spaced evenly from the start)."""
     if cpus:
         os.sched_setaffinity(0, cpus)
     os.nice(10)  # the probes' client comes first on the harness CPUs
     bodies = [_big_body(mb, n, stream=n % 2 == 1) for n in range(big * 2)]
 
     async def pumps() -> None:
+        t0 = time.monotonic()
+        started = 0
+
+        async def paced() -> None:
+            nonlocal started
+            if rate:
+                wait = t0 + started / rate - time.monotonic()
+                started += 1
+                if wait > 0:
+                    await asyncio.sleep(wait)
+
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as bs:
             async def pump(slot: int) -> None:
                 n = slot
                 while True:
+                    await paced()
                     body = bytearray(bodies[n % len(bodies)])
                     body[-11:-4] = f"{n:07d}".encode()[-7:]  # a new conversation each time
                     async with bs.post(url + "/v1/chat/completions", data=bytes(body),
@@ -384,17 +400,18 @@ def _spy(pid: int, trace: str | None, name: str) -> subprocess.Popen[bytes] | No
 
 def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: set[int] | None, direct: str,
            spy: Callable[[], subprocess.Popen[bytes] | None] = lambda: None,
-           on_timeout: Callable[[], None] = lambda: None,
+           on_timeout: Callable[[], None] = lambda: None, rate: float | None = None,
            ) -> tuple[list[float], list[float], list[float], int]:
-    """Probe latencies with ``big`` large requests kept in flight (0: quiet); returns the
-    two lists and how many large requests completed meanwhile. ``spy`` starts a profiler
-    for the probing (stopped after it)."""
+    """Probe latencies with ``big`` large requests kept in flight (0: quiet; ``rate``: at
+    most that many started per second); returns the two lists and how many large
+    requests completed meanwhile. ``spy`` starts a profiler for the probing (stopped
+    after it)."""
     if not big:
         hz, sm, dr = asyncio.run(_probes(url, seconds, interval, direct, on_timeout))
         return hz, sm, dr, 0
     ready = mp.Event()
     done: Any = mp.Value("i", 0)
-    p = mp.Process(target=_pump_process, args=(url, big, mb, cpus, ready, done), daemon=True)
+    p = mp.Process(target=_pump_process, args=(url, big, mb, cpus, ready, done, rate), daemon=True)
     p.start()
     try:
         ready.wait(120)
@@ -414,8 +431,9 @@ def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: s
 
 
 def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, harness: set[int] | None,
-           direct: str, trace: str | None) -> dict[str, float]:
-    """One quiet and one loaded phase against ``target``; the row of its percentiles."""
+           direct: str, trace: str | None, rate: float | None = None) -> dict[str, float]:
+    """One quiet and one loaded phase against ``target`` (``rate``: large requests started
+    per second at most); the row of its percentiles."""
     dump = (lambda: os.kill(pid, signal.SIGUSR1)) if trace else (lambda: None)
     if trace:  # to place the trace's lines (wall-clock stamps) in their phases
         print(f"round {r + 1}: quiet from {time.time():.3f}", flush=True)
@@ -424,7 +442,7 @@ def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, ha
         print(f"round {r + 1}: loaded from {time.time():.3f}", flush=True)
     loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, direct,
                     (lambda: _spy(pid, trace if args.gil_profile else None, f"gil-loaded-{r + 1}.txt")) if trace
-                    else (lambda: None), dump)
+                    else (lambda: None), dump, rate)
     row = {
         "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
         "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
@@ -433,8 +451,10 @@ def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, ha
         "quiet_direct_p50": pct(quiet[2], 50), "quiet_direct_p99": pct(quiet[2], 99),
         "loaded_direct_p50": pct(loaded[2], 50), "loaded_direct_p99": pct(loaded[2], 99),
         "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[3],
+        "large_rate_cap": rate or 0.0,
     }
-    print(f"round {r + 1}, {target}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed; "
+    capped = f" (at most {rate:.1f}/s started)" if rate else ""
+    print(f"round {r + 1}, {target}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed{capped}; "
           f"healthz p99 {row['quiet_healthz_p99'] * 1e3:.1f} -> {row['loaded_healthz_p99'] * 1e3:.1f} ms, "
           f"small p99 {row['quiet_small_p99'] * 1e3:.1f} -> {row['loaded_small_p99'] * 1e3:.1f} ms",
           flush=True)
@@ -452,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="harness and proxy on separate halves of the CPUs (default on)")
     ap.add_argument("--targets", nargs="+", choices=("gate", "bare"), default=["gate", "bare"],
                     help="proxies measured, each round interleaved (default: the gate and the bare pass-through)")
+    ap.add_argument("--match-rate", action=argparse.BooleanOptionalAction, default=True,
+                    help="the bare pass-through's large traffic at most as fast as the gate carried it in the "
+                    "same round (default on: the same bytes per second through both; off: the same number in flight)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     ap.add_argument("--trace", metavar="DIR", help="record the proxy's loop stalls (all threads' stacks when "
                     "its loop is >100 ms late) and, with py-spy installed, who holds the GIL under load, in DIR")
@@ -499,9 +522,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{target} quiet {_settle(servers[target][1]):.1f} s after it listened", flush=True)
         rows: dict[str, list[dict[str, float]]] = {t: [] for t in servers}
         for r in range(args.rounds):
+            gate_rate: float | None = None
             for target, (url, pid) in servers.items():  # interleaved: each round, every target
                 traced = args.trace if target == "gate" else None
-                rows[target].append(_round(url, pid, r, target, args, harness, urls[0], traced))
+                # the bare pass-through at the large-traffic rate the gate just carried
+                rate = max(gate_rate, 0.5 / args.seconds) if target == "bare" and args.match_rate and gate_rate is not None else None
+                row = _round(url, pid, r, target, args, harness, urls[0], traced, rate)
+                rows[target].append(row)
+                if target == "gate":
+                    gate_rate = row["large_done"] / args.seconds
         where = (f"harness on CPUs {sorted(split[0])}, proxy on CPUs {sorted(split[1])}" if split
                  else "not pinned")
         print(f"\n{args.big} x {args.mb} MB single-run requests and replies in flight; {where}; "
@@ -523,8 +552,9 @@ def main(argv: list[str] | None = None) -> int:
         print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
               "fake upstream, not through the proxy: what the loaded harness itself adds; bare = a pass-through\n"
               "that parses nothing (bench.bare), in front of the same upstreams: what the machine alone costs;\n"
-              "large/phase = large requests completed while loaded (median): the same number in flight move more\n"
-              "bytes per second through a proxy that does less per byte")
+              "large/phase = large requests completed while loaded (median); with --match-rate (default) the bare\n"
+              "one's are started no faster than the gate carried them in the same round (unmatched, the same number\n"
+              "in flight move more bytes per second through a proxy that does less per byte)")
         if "gate" in ratios and "bare" in ratios:
             g, b = ratios["gate"], ratios["bare"]
             print("gate p99 ratio / bare p99 ratio: "

@@ -61,3 +61,7 @@ def test_bench_stall_runs_and_reports_the_gate_and_the_bare_pass_through() -> No
         assert row["probes_quiet"] > 0 and row["probes_loaded"] > 0
         assert all(data["ratios"][target][p] > 0 for p in ("healthz", "small", "direct"))
     assert "gate loaded p99 / bare loaded p99: healthz " in out
+    # the bare pass-through's large traffic is paced at the rate the gate carried it
+    gate_rate = data["rounds"]["gate"][0]["large_done"] / 1
+    assert data["rounds"]["bare"][0]["large_rate_cap"] == max(gate_rate, 0.5)
+    assert data["rounds"]["gate"][0]["large_rate_cap"] == 0
