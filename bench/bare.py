@@ -32,7 +32,7 @@ _NOT_RETURNED = frozenset({"content-length", "transfer-encoding"})
 def bare_app(upstream_of: Callable[[web.Request], str], *, healthz: bool = False) -> web.Application:
     """The pass-through: each request's body read whole and sent to ``upstream_of(request)``
     (a base URL) with its headers (but ``Host`` and ``Content-Length``), the reply streamed back as it
-    comes. A reply whose client went away mid-stream ends quietly. ``healthz``: answer
+    comes. A request whose client went away mid-upload or mid-reply ends quietly. ``healthz``: answer
     ``GET /healthz`` here (as the gate does) instead of forwarding it."""
     session: aiohttp.ClientSession | None = None
 
@@ -40,7 +40,10 @@ def bare_app(upstream_of: Callable[[web.Request], str], *, healthz: bool = False
         nonlocal session
         if session is None:  # made on the serving loop
             session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600))
-        body = await request.read()
+        try:
+            body = await request.read()
+        except ConnectionResetError:  # the client went away mid-upload (a pump stopped)
+            return web.Response(status=400)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_SENT}
         async with session.request(request.method, upstream_of(request) + request.path_qs, data=body,
                                    headers=headers) as up:
