@@ -461,6 +461,13 @@ def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, ha
     return row
 
 
+def _round_order(targets: list[str], match_rate: bool) -> list[str]:
+    """The targets in the order each round measures them: as asked, except that with
+    ``match_rate`` the gate comes first — the bare pass-through's cap is the rate the gate
+    carried in the same round, so the gate's round must have run."""
+    return sorted(targets, key=lambda t: t != "gate") if match_rate else list(targets)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="quiet+loaded rounds; figures are medians (default 3)")
@@ -523,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         rows: dict[str, list[dict[str, float]]] = {t: [] for t in servers}
         for r in range(args.rounds):
             gate_rate: float | None = None
-            for target, (url, pid) in servers.items():  # interleaved: each round, every target
+            for target in _round_order(list(servers), args.match_rate):  # interleaved: each round, every target
+                url, pid = servers[target]
                 traced = args.trace if target == "gate" else None
                 # the bare pass-through at the large-traffic rate the gate just carried
                 rate = max(gate_rate, 0.5 / args.seconds) if target == "bare" and args.match_rate and gate_rate is not None else None

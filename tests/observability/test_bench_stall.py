@@ -65,3 +65,15 @@ def test_bench_stall_runs_and_reports_the_gate_and_the_bare_pass_through() -> No
     gate_rate = data["rounds"]["gate"][0]["large_done"] / 1
     assert data["rounds"]["bare"][0]["large_rate_cap"] == max(gate_rate, 0.5)
     assert data["rounds"]["gate"][0]["large_rate_cap"] == 0
+
+
+def test_the_gate_is_measured_first_in_each_round_when_the_bare_one_is_paced_by_it() -> None:
+    """The bare pass-through's rate cap is what the gate carried in the same round: with
+    ``--targets bare gate`` the bare round ran first, before there was a rate, and went
+    unpaced without a word."""
+    from bench.stall import _round_order
+
+    assert _round_order(["bare", "gate"], match_rate=True) == ["gate", "bare"]
+    assert _round_order(["gate", "bare"], match_rate=True) == ["gate", "bare"]
+    assert _round_order(["bare", "gate"], match_rate=False) == ["bare", "gate"]  # as asked
+    assert _round_order(["bare"], match_rate=True) == ["bare"]
