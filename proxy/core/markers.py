@@ -133,8 +133,7 @@ class Markers:
         object.__setattr__(self, "_summarize", _flat(self.agents, "summarize_request"))
         object.__setattr__(self, "_continuation", _flat(self.agents, "continuation"))
         object.__setattr__(self, "_item_types", {
-            f: frozenset(m.folded for a in self.agents for m in getattr(a, f) if "item" in m.where)
-            for f in ("summarize_request", "continuation")
+            f: _item_types(self.agents, f) for f in ("summarize_request", "continuation")
         })
 
     def summarize_request_agent(self, folded_text: str, where: str | None = None) -> str | None:
@@ -154,9 +153,7 @@ class Markers:
     def item_types(self, field: str) -> frozenset[str]:
         """Every item type a ``field`` marker names (folded)."""
         found = self._item_types.get(field)
-        if found is None:
-            return frozenset(m.folded for a in self.agents for m in getattr(a, field) if "item" in m.where)
-        return found
+        return _item_types(self.agents, field) if found is None else found
 
     def matches_headers(self) -> bool:
         """Whether any summarization-request marker is about a request header."""
@@ -196,6 +193,10 @@ class Markers:
 
 def _flat(agents: tuple[AgentMarkers, ...], field_name: str) -> tuple[tuple[str, frozenset[str], str], ...]:
     return tuple((m.folded, m.where, a.name) for a in agents for m in getattr(a, field_name))
+
+
+def _item_types(agents: tuple[AgentMarkers, ...], field_name: str) -> frozenset[str]:
+    return frozenset(m.folded for a in agents for m in getattr(a, field_name) if "item" in m.where)
 
 
 def _first(flat: tuple[tuple[str, frozenset[str], str], ...], folded_text: str, where: str | None) -> str | None:
