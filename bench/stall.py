@@ -430,6 +430,10 @@ def _phase(url: str, seconds: float, interval: float, big: int, mb: int, cpus: s
 
 
 
+#: The probes, in the order :func:`_probes` returns their latencies.
+PROBES = ("healthz", "small", "direct")
+
+
 def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, harness: set[int] | None,
            direct: str, trace: str | None, rate: float | None = None) -> dict[str, float]:
     """One quiet and one loaded phase against ``target`` (``rate``: large requests started
@@ -443,16 +447,14 @@ def _round(url: str, pid: int, r: int, target: str, args: argparse.Namespace, ha
     loaded = _phase(url, args.seconds, args.interval / 1e3, args.big, args.mb, harness, direct,
                     (lambda: _spy(pid, trace if args.gil_profile else None, f"gil-loaded-{r + 1}.txt")) if trace
                     else (lambda: None), dump, rate)
-    row = {
-        "quiet_healthz_p50": pct(quiet[0], 50), "quiet_healthz_p99": pct(quiet[0], 99),
-        "quiet_small_p50": pct(quiet[1], 50), "quiet_small_p99": pct(quiet[1], 99),
-        "loaded_healthz_p50": pct(loaded[0], 50), "loaded_healthz_p99": pct(loaded[0], 99),
-        "loaded_small_p50": pct(loaded[1], 50), "loaded_small_p99": pct(loaded[1], 99),
-        "quiet_direct_p50": pct(quiet[2], 50), "quiet_direct_p99": pct(quiet[2], 99),
-        "loaded_direct_p50": pct(loaded[2], 50), "loaded_direct_p99": pct(loaded[2], 99),
-        "probes_quiet": len(quiet[0]), "probes_loaded": len(loaded[0]), "large_done": loaded[3],
-        "large_rate_cap": rate or 0.0,
+    row: dict[str, float] = {
+        f"{phase}_{probe}_p{q}": pct(latencies[k], q)
+        for phase, latencies in (("quiet", quiet), ("loaded", loaded))
+        for k, probe in enumerate(PROBES)
+        for q in (50, 99)
     }
+    row.update(probes_quiet=len(quiet[0]), probes_loaded=len(loaded[0]), large_done=loaded[3],
+               large_rate_cap=rate or 0.0)
     capped = f" (at most {rate:.1f}/s started)" if rate else ""
     print(f"round {r + 1}, {target}: {len(loaded[0])} probes under load, {loaded[3]} large requests completed{capped}; "
           f"healthz p99 {row['quiet_healthz_p99'] * 1e3:.1f} -> {row['loaded_healthz_p99'] * 1e3:.1f} ms, "
@@ -467,6 +469,46 @@ def _round_order(targets: list[str], match_rate: bool) -> list[str]:
     carried in the same round, so the gate's round must have run."""
     return sorted(targets, key=lambda t: t != "gate") if match_rate else list(targets)
 
+
+
+def _report(rows: dict[str, list[dict[str, float]]], args: argparse.Namespace,
+            split: tuple[set[int], set[int]] | None) -> None:
+    """Print the medians of each target's rounds, their ratios and the gate's over the bare
+    pass-through's (and, with ``--json``, all of it)."""
+    where = (f"harness on CPUs {sorted(split[0])}, proxy on CPUs {sorted(split[1])}" if split
+             else "not pinned")
+    print(f"\n{args.big} x {args.mb} MB single-run requests and replies in flight; {where}; "
+          f"medians of {args.rounds} rounds")
+    print(f"{'target':7} {'probe':8} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} "
+          f"{'p99 ratio':>10} {'large/phase':>12}")
+    med: dict[str, dict[str, float]] = {}
+    ratios: dict[str, dict[str, float]] = {}
+    for target, trows in rows.items():
+        med[target] = {k: statistics.median(row[k] for row in trows) for k in trows[0]}
+        ratios[target] = {}
+        for probe in PROBES:
+            m = med[target]
+            q50, q99 = m[f"quiet_{probe}_p50"], m[f"quiet_{probe}_p99"]
+            l50, l99 = m[f"loaded_{probe}_p50"], m[f"loaded_{probe}_p99"]
+            ratios[target][probe] = l99 / q99 if q99 else float("inf")
+            print(f"{target:7} {probe:8} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms "
+                  f"{l99 * 1e3:10.1f}ms {ratios[target][probe]:9.2f}x {m['large_done']:12.0f}")
+    print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
+          "fake upstream, not through the proxy: what the loaded harness itself adds; bare = a pass-through\n"
+          "that parses nothing (bench.bare), in front of the same upstreams: what the machine alone costs;\n"
+          "large/phase = large requests completed while loaded (median); with --match-rate (default) the bare\n"
+          "one's are started no faster than the gate carried them in the same round (unmatched, the same number\n"
+          "in flight move more bytes per second through a proxy that does less per byte)")
+    if "gate" in ratios and "bare" in ratios:
+        g, b = ratios["gate"], ratios["bare"]
+        print("gate p99 ratio / bare p99 ratio: "
+              + ", ".join(f"{probe} {g[probe] / b[probe]:.2f}x" for probe in ("healthz", "small") if b[probe]))
+        mg, mb = med["gate"], med["bare"]
+        print("gate loaded p99 / bare loaded p99: "
+              + ", ".join(f"{probe} {mg[f'loaded_{probe}_p99'] / mb[f'loaded_{probe}_p99']:.2f}x"
+                          for probe in ("healthz", "small") if mb[f"loaded_{probe}_p99"]))
+    if args.json:
+        print(json.dumps({"rounds": rows, "median": med, "ratios": ratios}, indent=2))
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -539,40 +581,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows[target].append(row)
                 if target == "gate":
                     gate_rate = row["large_done"] / args.seconds
-        where = (f"harness on CPUs {sorted(split[0])}, proxy on CPUs {sorted(split[1])}" if split
-                 else "not pinned")
-        print(f"\n{args.big} x {args.mb} MB single-run requests and replies in flight; {where}; "
-              f"medians of {args.rounds} rounds")
-        print(f"{'target':7} {'probe':8} {'quiet p50':>10} {'quiet p99':>10} {'loaded p50':>11} {'loaded p99':>11} "
-              f"{'p99 ratio':>10} {'large/phase':>12}")
-        med: dict[str, dict[str, float]] = {}
-        ratios: dict[str, dict[str, float]] = {}
-        for target, trows in rows.items():
-            med[target] = {k: statistics.median(row[k] for row in trows) for k in trows[0]}
-            ratios[target] = {}
-            for probe in ("healthz", "small", "direct"):
-                m = med[target]
-                q50, q99 = m[f"quiet_{probe}_p50"], m[f"quiet_{probe}_p99"]
-                l50, l99 = m[f"loaded_{probe}_p50"], m[f"loaded_{probe}_p99"]
-                ratios[target][probe] = l99 / q99 if q99 else float("inf")
-                print(f"{target:7} {probe:8} {q50 * 1e3:9.1f}ms {q99 * 1e3:9.1f}ms {l50 * 1e3:10.1f}ms "
-                      f"{l99 * 1e3:10.1f}ms {ratios[target][probe]:9.2f}x {m['large_done']:12.0f}")
-        print("ratio = loaded p99 / quiet p99 (goal <= 2x); direct = the small request sent straight to its\n"
-              "fake upstream, not through the proxy: what the loaded harness itself adds; bare = a pass-through\n"
-              "that parses nothing (bench.bare), in front of the same upstreams: what the machine alone costs;\n"
-              "large/phase = large requests completed while loaded (median); with --match-rate (default) the bare\n"
-              "one's are started no faster than the gate carried them in the same round (unmatched, the same number\n"
-              "in flight move more bytes per second through a proxy that does less per byte)")
-        if "gate" in ratios and "bare" in ratios:
-            g, b = ratios["gate"], ratios["bare"]
-            print("gate p99 ratio / bare p99 ratio: "
-                  + ", ".join(f"{probe} {g[probe] / b[probe]:.2f}x" for probe in ("healthz", "small") if b[probe]))
-            mg, mb = med["gate"], med["bare"]
-            print("gate loaded p99 / bare loaded p99: "
-                  + ", ".join(f"{probe} {mg[f'loaded_{probe}_p99'] / mb[f'loaded_{probe}_p99']:.2f}x"
-                              for probe in ("healthz", "small") if mb[f"loaded_{probe}_p99"]))
-        if args.json:
-            print(json.dumps({"rounds": rows, "median": med, "ratios": ratios}, indent=2))
+        _report(rows, args, split)
     finally:
         for p in procs:
             p.terminate()
