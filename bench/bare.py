@@ -31,9 +31,10 @@ _NOT_RETURNED = frozenset({"content-length", "transfer-encoding"})
 
 def bare_app(upstream_of: Callable[[web.Request], str], *, healthz: bool = False) -> web.Application:
     """The pass-through: each request's body read whole and sent to ``upstream_of(request)``
-    (a base URL) with its headers (but ``Host`` and ``Content-Length``), the reply streamed back as it
-    comes. A request whose client went away mid-upload or mid-reply ends quietly. ``healthz``: answer
-    ``GET /healthz`` here (as the gate does) instead of forwarding it."""
+    (a base URL) with its headers (but ``Host`` and ``Content-Length``), the reply streamed
+    back as it comes. A request whose client went away mid-upload or mid-reply ends
+    quietly. ``healthz``: answer ``GET /healthz`` here (as the gate does) instead of
+    forwarding it."""
     session: aiohttp.ClientSession | None = None
 
     async def forward(request: web.Request) -> web.StreamResponse:
