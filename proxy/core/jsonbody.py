@@ -281,10 +281,20 @@ def _reusable(raw: bytes, e: _Entry) -> int:
     return lo
 
 
+#: Bytes before a cached body's last element end that :func:`_extends` compares first.
+TAIL_CHECK = 64
+
+
 def _extends(raw: bytes, e: _Entry) -> bool:
-    """Does ``raw`` agree with ``e.raw`` up to the end of its last element?"""
+    """Does ``raw`` agree with ``e.raw`` up to the end of its last element? The bytes
+    just before that end are compared first: another conversation's body differs there
+    at once, where the whole prefix could agree for tens of kilobytes (the system prompt
+    and tools a team's agents share) before the first difference."""
     b = e.bound(len(e.ends))
-    return len(raw) > b and agree(raw, e.raw, 0, b)
+    if len(raw) <= b:
+        return False
+    t = max(0, b - TAIL_CHECK)
+    return agree(raw, e.raw, t, b) and agree(raw, e.raw, 0, t)
 
 
 @dataclass(slots=True, eq=False)
@@ -351,10 +361,13 @@ class BodyCache:
 
     ``min_size``: smaller bodies go straight to ``json.loads``. ``max_per_scope`` and
     ``max_bytes`` bound the cache (least recently used dropped first); a body that
-    extends a cached one replaces it.
+    extends a cached one replaces it. One entry per conversation in flight: a tenant
+    running more agents than ``max_per_scope`` would have every body parsed whole (at
+    16, 32 agents on one key each paid a full parse of their 100-message history, ~20%
+    of the request's CPU); ``max_bytes`` is what bounds the memory.
     """
 
-    def __init__(self, *, min_size: int = 4096, max_per_scope: int = 16, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, *, min_size: int = 4096, max_per_scope: int = 128, max_bytes: int = 64 << 20) -> None:
         self.min_size = min_size
         self.max_per_scope = max_per_scope
         self.max_bytes = max_bytes

@@ -337,6 +337,27 @@ def test_bounded() -> None:
     assert cache._bytes <= 10_000
 
 
+def test_a_tenant_with_many_agents_keeps_one_entry_each() -> None:
+    """48 conversations of one tenant (one API key), turns interleaved, every body
+    starting with the same 20 KB system prompt and tools: each next body of each
+    conversation is parsed from its own cached prefix (a hit), never whole again — the
+    default cache holds more conversations per tenant than a team runs agents at once
+    (at 16, a 17th agent made every body of every agent a full parse)."""
+    cache = BodyCache(min_size=0)
+    shared = {"model": "m", "tools": [{"name": f"tool{i}", "description": "d" * 400} for i in range(50)]}
+    system = {"role": "system", "content": "You are a careful agent. " * 40}
+    convs = [[system, {"role": "user", "content": f"task {c}"}] for c in range(48)]
+    for turn in range(4):
+        for c, msgs in enumerate(convs):
+            msgs.append({"role": "assistant", "content": f"step {turn} of task {c}: " + "z" * 50})
+            check(cache, json.dumps({**shared, "messages": msgs}).encode())
+    # decoded: the first body whole (3 messages), every other conversation's first body
+    # past the system prompt it shares (2), then only each turn's new message (1)
+    assert cache.stats.walks == 1 and cache.stats.hits == 48 * 4 - 1
+    assert cache.stats.decoded == 3 + 47 * 2 + 48 * 3
+    assert len(cache) == 48  # one entry per conversation: each next body replaced it
+
+
 def test_threads_share_one_cache() -> None:
     """The server keeps one cache per process and tests run servers on several loops."""
     from concurrent.futures import ThreadPoolExecutor
