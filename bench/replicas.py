@@ -181,7 +181,8 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
     headers = {"authorization": "Bearer sk-bench", "content-type": "application/json"}
     pops = {name: [Agent(seed * 1000 + a, args.size) for a in range(agents)] for name in targets}
     conns = {name: [Connection(*_host_port(url), headers) for _ in range(agents)] for name, url in targets.items()}
-    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}, "cmds": {}} for name in targets}
+    out: dict[str, dict[str, Any]] = {name: {"lat": [], "busy": 0.0, "cpu": {}, "cmds": {}, "first": [], "last": []}
+                                      for name in targets}
     rng = random.Random(seed)
 
     whole: dict[str, float] = {}
@@ -209,6 +210,8 @@ async def lean_rounds(targets: dict[str, str], cpu: dict[str, dict[str, list[int
                 if k >= args.warmup:
                     o = out[name]
                     o["lat"].extend(dts)
+                    o["first"].append(min(dts))
+                    o["last"].append(max(dts))
                     o["busy"] += busy
                     for g, p in groups.items():
                         o["cpu"][g] = o["cpu"].get(g, 0.0) + _cpu(p) - c0[g]
@@ -323,6 +326,8 @@ def measure(targets: dict[str, str], agents: int, args: argparse.Namespace,
             run = {}
             for name, o in got.items():
                 f = _figures(o["lat"], o["busy"], direct)
+                if o.get("first"):  # a round's first and last answer (rounds load)
+                    f["first_p50"], f["last_p50"] = statistics.median(o["first"]), statistics.median(o["last"])
                 n = len(o["lat"])
                 for g in ("server", "redis", "fake", "client", "server_all"):
                     if g in o["cpu"] or g != "server_all":
@@ -366,6 +371,11 @@ def report(agents: int, res: dict[str, dict[str, float]]) -> dict[str, float]:
         "redis/sqlite added p50 (w1)": ("redis-w1", "sqlite-w1", "added_p50"),
         "redis/sqlite added p50 (w2)": ("redis-w2", "sqlite-w2", "added_p50"),
     }
+    if any("first_p50" in f for f in res.values()):
+        print("  a round's first / last answer, ms (medians over rounds; close together: every request of the "
+              "round ended at about the time its last did): "
+              + ", ".join(f"{n} {f['first_p50'] * 1e3:.2f} / {f['last_p50'] * 1e3:.2f}"
+                          for n, f in res.items() if "first_p50" in f))  # fmt: skip
     if any("cpu_server_all" in f for f in res.values()):
         print("  server CPU ms per request over the whole run (also what it deferred into other targets' rounds): "
               + ", ".join(f"{n} {f['cpu_server_all'] * 1e3:.2f}" for n, f in res.items() if "cpu_server_all" in f))  # fmt: skip
