@@ -116,3 +116,27 @@ def test_an_extended_request_knows_its_last_user_message_without_a_pass() -> Non
         assert n.reused == 31
         assert n.snapshot._last_user == expect  # known before anyone asked
         assert n.snapshot.last_user() == expect
+
+
+def test_a_namespace_with_many_agents_extends_each_one_s_last_request() -> None:
+    """100 agents on one key (one namespace), turns interleaved: after each agent's first
+    request every next one extends that agent's remembered request (a hit reusing all of
+    its messages), none is normalised whole again — the per-namespace bound holds more
+    conversations than a team runs agents at once (at 64, agents past the 64th made
+    every request of every agent a full normalisation)."""
+    norm = IncrementalNormalizer(max_entries=512)
+    system = {"role": "system", "content": "S"}
+    convs = [[system, {"role": "user", "content": f"agent {i}"}] for i in range(100)]
+    reused: list[int] = []
+    for turn in range(3):
+        for i, items in enumerate(convs):
+            items.append({"role": "assistant", "content": f"step {turn} of agent {i}"})
+            body = {"model": "gpt-4o", "messages": list(items)}
+            n = norm.normalize("ns", "chat", body)
+            assert n.snapshot.digests == from_body("chat", body).digests
+            if turn:
+                reused.append(n.reused)
+                assert n.reused_from == f"c{i}"
+            norm.remember("ns", f"c{i}", "chat", body, n)
+    assert norm.misses == 100 and norm.hits == 200
+    assert reused == [1 + t for t in (1, 2) for _ in range(100)]  # user + every earlier step
