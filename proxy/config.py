@@ -176,6 +176,12 @@ class StateSettings:
     #: conversations with very long texts (a 20 MB paste is ~40 MB of hot history) from
     #: taking the process's memory: their histories are read back from the store instead.
     max_memory_mb: float | None = 1024.0
+    #: How many conversations keep their full history in memory (the others are read
+    #: back from the store when a request needs them): at least as many as agents send
+    #: requests at once. Past it every request of every agent reads its history back
+    #: (640 agents at once cost 2.9 ms of CPU per request where 256 cost 1.3 ms).
+    #: ``max_memory_mb`` still bounds what they take.
+    hot_conversations: int = 512
     #: The Redis URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS);
     #: write the password as ``${VAR}``. Never logged, never shown (:attr:`where`).
     url: str | None = field(default=None, repr=False)
@@ -207,6 +213,8 @@ class StateSettings:
             raise Invalid("max_conversations must be positive", key="max_conversations")
         if self.max_memory_mb is not None and not self.max_memory_mb > 0:
             raise Invalid("max_memory_mb must be positive (or null)", key="max_memory_mb")
+        if self.hot_conversations <= 0:
+            raise Invalid("hot_conversations must be positive", key="hot_conversations")
         if self.timeout_seconds <= 0:
             raise Invalid("timeout_seconds must be positive", key="timeout_seconds")
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.key_prefix):

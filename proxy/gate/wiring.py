@@ -137,6 +137,7 @@ def build_tracker(config: Any) -> Any:
             ttl_seconds=float(state.ttl_seconds),
             max_conversations=state.max_conversations,
             max_memory_bytes=None if state.max_memory_mb is None else int(state.max_memory_mb * 2**20),
+            hot_conversations=state.hot_conversations,
         ),
     )
 

@@ -468,3 +468,24 @@ async def test_codex_turn_metadata_marks_a_compaction_request(tracker: Tracker) 
     assert plain is not None and not plain.is_summarization_request
     obs = await tracker.observe(exchange(body, "responses", headers=_meta("compaction")))
     assert obs is not None and obs.is_summarization_request and obs.summarization_agent == "codex"
+
+
+async def test_state_hot_conversations_bounds_the_histories_kept_in_memory(tmp_path: Path) -> None:
+    """``state.hot_conversations`` (config) is the tracker's hot limit and its
+    normaliser's: of 5 conversations at most 3 keep their history in memory, and a
+    request of one that left is still matched (its history read back from the store)."""
+    from proxy.config import load_config
+    from proxy.gate.wiring import build_tracker
+
+    path = tmp_path / "config.yaml"
+    path.write_text(f"state:\n  path: {tmp_path / 's.sqlite3'}\n  hot_conversations: 3\n")
+    t = build_tracker(load_config(path))
+    assert t.config.hot_conversations == 3 and t.normalizer.max_entries == 3 and t._hot.limit == 3
+    await t.start()
+    first = [await t.observe(exchange(chat("S", ("user", f"task {i}")))) for i in range(5)]
+    assert all(o is not None for o in first)
+    assert len(t._hot) <= 3
+    again = await t.observe(exchange(chat("S", ("user", "task 0"), ("assistant", "ok"), ("user", "go on"))))
+    assert again is not None and first[0] is not None
+    assert (again.conversation_id, again.relation) == (first[0].conversation_id, "extend")
+    await t.close()

@@ -113,6 +113,7 @@ def test_missing_env_var_names_file_line_and_var(tmp_path: Path) -> None:
         ("state:\n  backend: redis\n", 2, "backend redis needs url"),
         ("state:\n  backend: redis\n  url: http://x:6379\n", 3, "url must be a redis://"),
         ("server:\n  workers: 0\n", 2, "workers must be between 1 and 256"),
+        ("state:\n  hot_conversations: 0\n", 2, "hot_conversations must be positive"),
         (
             "upstreams:\n  - name: a\n    base_url: ftp://x\n",
             3,
