@@ -49,7 +49,7 @@ from typing import Any, cast
 
 from proxy.core.samebytes import agree
 
-__all__ = ["ARRAY_KEYS", "BodyCache", "ParseStats", "Plan", "decode_part", "walk"]
+__all__ = ["ARRAY_KEYS", "PER_TENANT", "BodyCache", "ParseStats", "Plan", "decode_part", "walk"]
 
 #: Top-level keys whose array value is parsed element by element (the message history).
 ARRAY_KEYS: frozenset[str] = frozenset({"messages", "input"})
@@ -284,6 +284,11 @@ def _reusable(raw: bytes, e: _Entry) -> int:
 #: Bytes before a cached body's last element end that :func:`_extends` compares first.
 TAIL_CHECK = 64
 
+#: Conversations in flight per tenant whose last request a cache keeps by default (this
+#: one's bodies, :class:`~proxy.gate.normalize.IncrementalNormalizer`'s items): a tenant
+#: with more agents than that has every request parsed and normalised whole.
+PER_TENANT = 128
+
 
 def _extends(raw: bytes, e: _Entry) -> bool:
     """Does ``raw`` agree with ``e.raw`` up to the end of its last element? The bytes
@@ -367,7 +372,7 @@ class BodyCache:
     of the request's CPU); ``max_bytes`` is what bounds the memory.
     """
 
-    def __init__(self, *, min_size: int = 4096, max_per_scope: int = 128, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, *, min_size: int = 4096, max_per_scope: int = PER_TENANT, max_bytes: int = 64 << 20) -> None:
         self.min_size = min_size
         self.max_per_scope = max_per_scope
         self.max_bytes = max_bytes

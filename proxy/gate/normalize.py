@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.dialects import from_anthropic, from_body, openai_chat_tail, openai_responses_tail
+from proxy.core.jsonbody import PER_TENANT
 from proxy.core.messages import Message, Snapshot, tools_text
 from proxy.core.volatile import stable_system
 
@@ -121,13 +122,13 @@ class IncrementalNormalizer:
 
     ``max_per_namespace`` bounds how many conversations of one namespace are tried;
     ``max_entries`` bounds the whole cache (least recently used dropped first). One entry
-    per conversation in flight, as many as :class:`~proxy.core.jsonbody.BodyCache` keeps
-    per tenant: a namespace with more agents than the bound had every request of every
-    agent normalised whole (at 64, 128 agents on one key cost 1.95 ms of CPU per request
-    instead of ~1.0).
+    per conversation in flight, as many as the body cache keeps per tenant
+    (:data:`~proxy.core.jsonbody.PER_TENANT`): a namespace with more agents than the bound
+    had every request of every agent normalised whole (at 64, 128 agents on one key cost
+    1.95 ms of CPU per request instead of ~1.0).
     """
 
-    def __init__(self, max_per_namespace: int = 128, max_entries: int = 4096) -> None:
+    def __init__(self, max_per_namespace: int = PER_TENANT, max_entries: int = 4096) -> None:
         self._by_ns: dict[str, OrderedDict[str, _Entry]] = {}
         #: per namespace: id() of each entry's last item → the keys of those entries (an
         #: entry holds its items, so an id is never reused while it is listed)
