@@ -17,6 +17,7 @@ import contextlib
 import signal
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from proxy.server.inflight import INFLIGHT_KEY, InFlight
 from proxy.server.logs import GATE_LOGGER
 from proxy.server.protocol import ClientTimeouts, GateAppRunner
 from proxy.state import offload
+from proxy.state.priority import background_pool
 
 __all__ = ["AppFactory", "RunningServer", "client_timeouts", "serve", "start_server"]
 
@@ -96,6 +98,22 @@ def prefer_the_loop() -> None:
         sys.setswitchinterval(SWITCH_INTERVAL)
 
 
+#: Loops whose default executor :func:`background_default_executor` replaced.
+_NICED_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def background_default_executor() -> None:
+    """Make the running loop's default executor (``asyncio.to_thread``: a large body's
+    plan and parse, a large commit's encoding, the catalogue's warm-up, the resolver's
+    look-ups) a pool of niced threads (:func:`proxy.state.priority.background_pool`),
+    once per loop: what runs there is one request's own large work, and on the loop's
+    core it yields to every other tenant's wake-ups."""
+    loop = asyncio.get_running_loop()
+    if loop not in _NICED_LOOPS:
+        _NICED_LOOPS.add(loop)
+        loop.set_default_executor(background_pool("cg-background"))
+
+
 async def start_server(
     app: web.Application,
     host: str,
@@ -114,6 +132,7 @@ async def start_server(
     if INFLIGHT_KEY not in app:
         app[INFLIGHT_KEY] = InFlight()
     prefer_the_loop()
+    background_default_executor()
     runner = GateAppRunner(
         app,
         handler_cancellation=True,

@@ -32,12 +32,13 @@ import ctypes
 import os
 import secrets
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, InvalidStateError
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any, TypeVar
 
 from proxy.state import rawmem
+from proxy.state.priority import background_pool
 
 T = TypeVar("T")
 
@@ -258,7 +259,7 @@ def _long(value: Any) -> bool:
 
 #: Writes the long arguments into their segments and submits the call: a thread, so that
 #: the caller (the event loop) never copies 10 MB itself.
-_PACKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sharedmem")
+_PACKER = background_pool("cg-sharedmem", 1)
 
 
 def submit(pool: Executor, fn: Callable[..., T], args: tuple[Any, ...], out: int = 0) -> Future[T]:

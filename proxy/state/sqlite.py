@@ -49,6 +49,7 @@ from proxy.core.messages import Message
 from proxy.core.prefix import common_prefix
 from proxy.state.longrows import LONG_ROW, message_from_long_row, read_blob
 from proxy.state.offload import OFFLOAD_CHARS
+from proxy.state.priority import background_pool
 from proxy.state.records import (
     ConversationRecord,
     GateEvent,
@@ -117,7 +118,8 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self.flush_delay = flush_delay
         self._hurry = threading.Event()
-        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite")
+        #: the writer: write-behind, nobody's answer waits for it — niced (proxy.state.priority)
+        self._exec = background_pool("cg-sqlite", 1)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._batch = _Batch()

@@ -79,3 +79,63 @@ def test_lower_priority_lowers_a_thread_and_never_the_main_thread() -> None:
     priority.lower_priority(3)  # the main thread: unchanged
     assert os.getpriority(os.PRIO_PROCESS, 0) == base
 
+
+
+def _own_nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@linux
+def test_a_background_pool_runs_niced_and_leaves_the_caller_alone() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    pool = priority.background_pool("cg-test-bg", 2)
+    try:
+        seen = {pool.submit(lambda: (threading.current_thread().name, _own_nice())).result(timeout=30) for _ in range(4)}
+    finally:
+        pool.shutdown()
+    assert {nice for _, nice in seen} == {min(19, base + priority.BACKGROUND_NICE)}
+    assert all(name.startswith("cg-test-bg") for name, _ in seen)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base
+
+
+@linux
+async def test_the_sole_store_writes_behind_niced_and_reads_at_the_loops_priority(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from proxy.state.sqlite import SQLiteStore
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    store = SQLiteStore(Path(str(tmp_path)) / "state.sqlite3")
+    await store.open()
+    try:
+        writer = store._exec.submit(_own_nice).result(timeout=30)  # noqa: SLF001 - the writer's thread
+        reader = store._reader.submit(_own_nice).result(timeout=30)  # noqa: SLF001 - the reader's thread
+    finally:
+        await store.close()
+    assert writer == min(19, base + priority.BACKGROUND_NICE)
+    assert reader == base  # a request waits for it: not behind the loop's other work
+
+
+@linux
+async def test_a_served_loops_default_executor_is_niced_once() -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from proxy.server.runner import start_server
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    loop = asyncio.get_running_loop()
+    executors = []
+    for _ in range(2):  # a second server on the same loop keeps the same pool
+        server = await start_server(web.Application(), "127.0.0.1", 0)
+        try:
+            nice = await asyncio.to_thread(_own_nice)
+            name = await asyncio.to_thread(lambda: threading.current_thread().name)
+            executors.append(loop._default_executor)  # type: ignore[attr-defined]  # noqa: SLF001
+        finally:
+            await server.stop()
+        assert nice == min(19, base + priority.BACKGROUND_NICE)
+        assert name.startswith("cg-background")
+    assert executors[0] is executors[1] is not None
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base
