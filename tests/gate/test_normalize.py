@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from proxy.core.dialects import from_body
 from proxy.gate.normalize import IncrementalNormalizer, _by_comparison
+from tests.gate.test_normalize_sig import _Counted
 
 _item = st.one_of(
     st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=12)),
@@ -37,6 +38,32 @@ def _index_is_exact(norm: IncrementalNormalizer) -> None:
     assert all(keys for last in norm._by_last.values() for keys in last.values())
 
 
+def _scan_every_entry(bucket: Any, api: str, items: list[Any]) -> str | None:
+    """What the index must find: every remembered entry compared, the longest items
+    ``items`` starts with, the most recently remembered of equally long ones."""
+    best_key, best_k = None, 0
+    for key, e in reversed(bucket.items()):
+        k = len(e.items)
+        if e.api == api and 0 < k <= len(items) and e.norm.snapshot.messages and items[:k] == e.items and k > best_k:
+            best_key, best_k = key, k
+    return best_key
+
+
+def _sig_index_is_exact(norm: IncrementalNormalizer) -> None:
+    for ns, bucket in norm._by_ns.items():
+        index = norm._by_sig[ns]
+        index.settle(bucket)
+        listed = {key: at for at, keys in index.keys.items() for key in keys}
+        assert listed == index.where
+        assert sorted(listed) == sorted(k for k, e in bucket.items() if e.items and e.norm.snapshot.messages)
+        counts = {(a, s, k): n for (a, s), ks in index.firsts.items() for k, n in ks.items()}
+        expected: dict[Any, int] = {}
+        for a, s, k, _ in listed.values():
+            expected[(a, s, k)] = expected.get((a, s, k), 0) + 1
+        assert counts == expected
+    assert set(norm._by_sig) == set(norm._by_ns)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_ops, st.integers(2, 6))
 def test_shared_objects_find_the_extended_request_like_comparing(ops: list[tuple[int, str, list[Any], int]], cap: int) -> None:
@@ -49,6 +76,7 @@ def test_shared_objects_find_the_extended_request_like_comparing(ops: list[tuple
             norm.forget("ns", key)
             last.pop(conv, None)
             _index_is_exact(norm)
+            _sig_index_is_exact(norm)
             continue
         if how == "fork" and other in last:
             base = last[other][: max(1, len(last[other]) - 1)]
@@ -59,6 +87,9 @@ def test_shared_objects_find_the_extended_request_like_comparing(ops: list[tuple
         items = [*base, *new]
         body = {"model": "gpt-4o", "messages": items}
         bucket = norm._by_ns.get("ns")
+        if bucket:  # re-parsed (found by comparing only): what comparing every entry finds
+            found = _by_comparison(bucket, norm._by_sig["ns"], "chat", copy.deepcopy(items))
+            assert found[1] == _scan_every_entry(bucket, "chat", items)
         mine = bucket.get(key) if bucket and how == "extend" else None
         n = norm.normalize("ns", "chat", body)
         full = from_body("chat", body)
@@ -68,10 +99,11 @@ def test_shared_objects_find_the_extended_request_like_comparing(ops: list[tuple
             # the one reused (another with equal content is not preferred to it)
             assert n.reused_from == key and n.reused == len(mine.norm.snapshot.messages)
         elif how == "copy" and bucket and n.reused_from is None:
-            assert _by_comparison(bucket, "chat", items)[0] is None  # nothing to reuse by comparing either
+            assert _by_comparison(bucket, norm._by_sig["ns"], "chat", items)[0] is None  # nothing to reuse by comparing either
         norm.remember("ns", key, "chat", body, n)
         last[conv] = items
         _index_is_exact(norm)
+        _sig_index_is_exact(norm)
 
 
 def test_a_body_sharing_objects_is_found_without_comparing_others() -> None:
@@ -140,3 +172,40 @@ def test_a_namespace_with_many_agents_extends_each_one_s_last_request() -> None:
             norm.remember("ns", f"c{i}", "chat", body, n)
     assert norm.misses == 100 and norm.hits == 200
     assert reused == [1 + t for t in (1, 2) for _ in range(100)]  # user + every earlier step
+
+
+class _Touched(dict):  # type: ignore[type-arg]
+    """A bucket that counts the entries read from it."""
+
+    def __init__(self, d: Any) -> None:
+        super().__init__(d)
+        self.touched = 0
+
+    def __getitem__(self, key: Any) -> Any:
+        self.touched += 1
+        return dict.__getitem__(self, key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.touched += 1
+        return dict.get(self, key, default)
+
+
+
+def test_a_new_conversation_compares_no_remembered_one() -> None:
+    # 100 one-message conversations of one key (each a probe, a title request...): once
+    # indexed, the 101st is found new without reading any of them, and one that extends
+    # the 37th reads and compares that one alone
+    norm = IncrementalNormalizer()
+    for i in range(100):
+        body = {"model": "gpt-4o", "messages": [_Counted(role="user", content=f"probe {i}")]}
+        norm.remember("ns", f"c{i}", "chat", body, norm.normalize("ns", "chat", body))
+    bucket, index = _Touched(norm._by_ns["ns"]), norm._by_sig["ns"]
+    index.settle(bucket)  # what the 100 remembered since the last comparison cost once
+    bucket.touched = _Counted.compared = 0
+    assert _by_comparison(bucket, index, "chat", [_Counted(role="user", content="probe 100")]) == (None, None)
+    assert bucket.touched == 0 and _Counted.compared == 0
+    found = _by_comparison(bucket, index, "chat", [_Counted(role="user", content="probe 37"), _Counted(role="user", content="more")])
+    assert found[1] == "c37"
+    assert bucket.touched == 1 and _Counted.compared == 1
+    n = norm.normalize("ns", "chat", {"model": "gpt-4o", "messages": [_Counted(role="user", content="probe 37"), _Counted(role="user", content="more")]})
+    assert n.reused_from == "c37" and n.reused == 1

@@ -63,21 +63,23 @@ def test_a_resent_request_compares_each_remembered_item_once() -> None:
     from collections import OrderedDict
 
     from proxy.core.dialects import from_body
-    from proxy.gate.normalize import Normalized, _by_comparison, _Entry
+    from proxy.gate.normalize import Normalized, _by_comparison, _Entry, _SigIndex
 
     for k in (1, 2, 3, 5):
         old = [_Counted(role="user", content=f"turn {i} " + "x" * 100) for i in range(k)]
         snap = from_body("chat", {"messages": [dict(m) for m in old]})
         assert snap is not None
         bucket = OrderedDict(a=_Entry("chat", old, None, None, Normalized(snap, "", "", 0)))
+        index = _SigIndex()
+        index.add("a")
         for new in ([_Counted(m) for m in old], [_Counted(m) for m in old] + [_Counted(role="user", content="more")]):
             _Counted.compared = 0
-            best, key = _by_comparison(bucket, "chat", new)
+            best, key = _by_comparison(bucket, index, "chat", new)
             assert best is bucket["a"]
             assert key == "a"
             assert _Counted.compared == k  # each once, not the ends twice
         changed = [_Counted(m) for m in old]
         changed[k // 2] = _Counted(role="user", content="edited")
         _Counted.compared = 0
-        assert _by_comparison(bucket, "chat", changed)[0] is None
+        assert _by_comparison(bucket, index, "chat", changed)[0] is None
         assert _Counted.compared <= k
