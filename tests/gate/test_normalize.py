@@ -209,3 +209,20 @@ def test_a_new_conversation_compares_no_remembered_one() -> None:
     assert bucket.touched == 1 and _Counted.compared == 1
     n = norm.normalize("ns", "chat", {"model": "gpt-4o", "messages": [_Counted(role="user", content="probe 37"), _Counted(role="user", content="more")]})
     assert n.reused_from == "c37" and n.reused == 1
+
+
+def test_of_equal_remembered_requests_the_latest_is_extended() -> None:
+    # two conversations with the same history (a fork not yet diverged): a re-parsed body
+    # extending it is attributed to the one remembered last, as comparing every entry does
+    norm = IncrementalNormalizer()
+    history = [{"role": "system", "content": "S"}, {"role": "user", "content": "same start"}]
+    for key in ("first", "second", "third"):
+        body = {"model": "gpt-4o", "messages": copy.deepcopy(history)}
+        norm.remember("ns", key, "chat", body, norm.normalize("ns", "chat", body))
+    body = {"model": "gpt-4o", "messages": copy.deepcopy(history)}
+    norm.remember("ns", "second", "chat", body, norm.normalize("ns", "chat", body))  # again: now the latest
+    items = [*copy.deepcopy(history), {"role": "user", "content": "next"}]
+    assert _scan_every_entry(norm._by_ns["ns"], "chat", items) == "second"
+    assert norm.normalize("ns", "chat", {"model": "gpt-4o", "messages": items}).reused_from == "second"
+    norm.forget("ns", "second")
+    assert norm.normalize("ns", "chat", {"model": "gpt-4o", "messages": copy.deepcopy(items)}).reused_from == "third"
