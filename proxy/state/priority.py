@@ -11,16 +11,15 @@ loop wakes up for another tenant's socket must step aside at once:
 - :func:`lower_priority`: a thread of the server runs some steps nicer than the loop
   (Linux, where a thread's nice value is its own);
 - :func:`background_pool`: a thread pool whose threads do so from their start — for
-  work nobody's answer waits on (the sole store's write-behind, copying large bodies
-  into shared memory) and for a large request's own steps (the loop's default
-  executor: ``asyncio.to_thread``): on a core the loop shares with them, a niced
-  thread that is runnable yields to the loop's wake-ups instead of taking turns with
-  it (``bench.stall``: a small request's loaded p99 with them at the loop's priority
-  ~10 ms, niced ~8.6 ms).
+  a large request's own steps (the loop's default executor: ``asyncio.to_thread``) and
+  copying large bodies into shared memory: on a core the loop shares with them, a niced
+  thread that is runnable yields to the loop's wake-ups instead of taking turns with it.
 
 Threads a request waits on while nothing else is runnable — the stores' readers, the
-shared stores' commits, which the answer waits for — keep the loop's priority: niced,
-they would only be slower, behind the loop's other requests, for the same work.
+shared stores' commits — keep the loop's priority: niced, they would only be slower,
+behind the loop's other requests, for the same work. So does the sole SQLite store's
+writer, although no answer waits for it: niced, it fell behind a saturated loop and its
+backlog (rows held in memory until written) grew without a bound.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ from proxy.core.messages import Message
 from proxy.core.prefix import common_prefix
 from proxy.state.longrows import LONG_ROW, message_from_long_row, read_blob
 from proxy.state.offload import OFFLOAD_CHARS
-from proxy.state.priority import background_pool
 from proxy.state.records import (
     ConversationRecord,
     GateEvent,
@@ -118,8 +117,10 @@ class SQLiteStore(Store):
         self.path = Path(path)
         self.flush_delay = flush_delay
         self._hurry = threading.Event()
-        #: the writer: write-behind, nobody's answer waits for it — niced (proxy.state.priority)
-        self._exec = background_pool("cg-sqlite", 1)
+        #: the writer, at the loop's priority: niced, it fell behind a saturated loop and its
+        #: backlog grew without a bound (bench.memory: 465 -> 813 MB after 10,000
+        #: conversations); :meth:`room` bounds only what large bodies add
+        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cg-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._batch = _Batch()

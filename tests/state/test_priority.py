@@ -99,7 +99,9 @@ def test_a_background_pool_runs_niced_and_leaves_the_caller_alone() -> None:
 
 
 @linux
-async def test_the_sole_store_writes_behind_niced_and_reads_at_the_loops_priority(tmp_path: object) -> None:
+async def test_the_sole_stores_threads_keep_the_loops_priority(tmp_path: object) -> None:
+    # its reader: a request waits for it; its writer: niced, it fell behind a saturated
+    # loop and its backlog of rows in memory grew without a bound (bench.memory)
     from pathlib import Path
 
     from proxy.state.sqlite import SQLiteStore
@@ -112,8 +114,7 @@ async def test_the_sole_store_writes_behind_niced_and_reads_at_the_loops_priorit
         reader = store._reader.submit(_own_nice).result(timeout=30)  # noqa: SLF001 - the reader's thread
     finally:
         await store.close()
-    assert writer == min(19, base + priority.BACKGROUND_NICE)
-    assert reader == base  # a request waits for it: not behind the loop's other work
+    assert writer == reader == base
 
 
 @linux
