@@ -66,7 +66,8 @@ class _Bail(Exception):
     """The incremental walk met something it does not handle: use ``json.loads``."""
 
 
-#: Bytes before a cached body's last element end that :func:`_extends` compares first.
+#: Bytes before a cached body's last element end that :meth:`BodyCache._best` compares
+#: first.
 TAIL_CHECK = 64
 
 
@@ -293,23 +294,10 @@ def _reusable(raw: bytes, e: _Entry) -> int:
     return lo
 
 
-
 #: Conversations in flight per tenant whose last request a cache keeps by default (this
 #: one's bodies, :class:`~proxy.gate.normalize.IncrementalNormalizer`'s items): a tenant
 #: with more agents than that has every request parsed and normalised whole.
 PER_TENANT = 128
-
-
-def _extends(raw: bytes, e: _Entry) -> bool:
-    """Does ``raw`` agree with ``e.raw`` up to the end of its last element? The bytes
-    just before that end are compared first: another conversation's body differs there
-    at once, where the whole prefix could agree for tens of kilobytes (the system prompt
-    and tools a team's agents share) before the first difference."""
-    b = e.end
-    if len(raw) <= b:
-        return False
-    t = b - len(e.tail)
-    return raw.startswith(e.tail, t) and agree(raw, e.raw, 0, t)
 
 
 @dataclass(slots=True, eq=False)
@@ -481,9 +469,12 @@ class BodyCache:
         best_k = -1
         size = len(raw)
         for e in reversed(entries):  # a body extending a cached one: the common case
-            # _extends, its first test inlined: one C call per cached body (128 per tenant)
-            n, b = len(e.ends), e.end
-            if n > best_k and b < size and raw.startswith(e.tail, b - len(e.tail)) and _extends(raw, e):
+            # agrees with it up to the end of its last element? The bytes just before that
+            # end first (one C call per cached body, 128 per tenant): another conversation's
+            # body differs there at once, where the whole prefix could agree for tens of
+            # kilobytes (the system prompt and tools a team's agents share)
+            n, t = len(e.ends), e.end - len(e.tail)
+            if n > best_k and e.end < size and raw.startswith(e.tail, t) and agree(raw, e.raw, 0, t):
                 best, best_k = e, n
         if best is not None:
             return best, best_k

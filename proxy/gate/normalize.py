@@ -67,8 +67,6 @@ class _Entry:
     #: id() of the last item when remembered (its key in the identity index; kept so a
     #: later change to the list cannot strand the index entry)
     last_id: int | None = None
-    #: :func:`_sig` of the first and the last item, once compared
-    sigs: tuple[Any, Any] | None = None
 
 
 #: Strings longer than this are summarised by :func:`_sig`.
@@ -168,9 +166,8 @@ class _SigIndex:
             k = len(e.items) if e is not None else 0
             if e is None or k == 0 or not e.norm.snapshot.messages:
                 continue
-            if e.sigs is None:
-                e.sigs = (_sig(e.items[0]), _sig(e.items[k - 1]))
-            at = (e.api, e.sigs[0], k, e.sigs[1])
+            first = _sig(e.items[0])
+            at = (e.api, first, k, first if k == 1 else _sig(e.items[k - 1]))
             self.keys.setdefault(at, []).append(key)
             self.where[key] = at
             counts = self.firsts.setdefault(at[:2], {})

@@ -50,7 +50,7 @@ def test_a_large_bodys_prefixes_are_compared_off_the_loop(monkeypatch: pytest.Mo
     got = asyncio.run(go())
     assert got == [json.loads(first), json.loads(resent), json.loads(forked)]
     assert cache.stats.hits == 1  # the resent body reused the first's parse
-    # a body's whole prefix, less the last bytes :func:`jsonbody._extends` compares first
+    # a body's whole prefix, less the last bytes :meth:`jsonbody.BodyCache._best` compares first
     long_ones = [on_loop for on_loop, n in compared if n >= BIG - jsonbody.TAIL_CHECK]
     assert len(long_ones) >= 2  # the resent and the forked body were compared whole
     assert not any(long_ones)
