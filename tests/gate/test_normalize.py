@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from proxy.core.dialects import from_body
 from proxy.gate.normalize import IncrementalNormalizer, _by_comparison
-from tests.gate.test_normalize_sig import _Counted
+from tests.support.counting import Counted
 
 _item = st.one_of(
     st.builds(lambda t: {"role": "user", "content": t}, st.text(max_size=12)),
@@ -190,24 +190,23 @@ class _Touched(dict):  # type: ignore[type-arg]
         return dict.get(self, key, default)
 
 
-
 def test_a_new_conversation_compares_no_remembered_one() -> None:
     # 100 one-message conversations of one key (each a probe, a title request...): once
     # indexed, the 101st is found new without reading any of them, and one that extends
     # the 37th reads and compares that one alone
     norm = IncrementalNormalizer()
     for i in range(100):
-        body = {"model": "gpt-4o", "messages": [_Counted(role="user", content=f"probe {i}")]}
+        body = {"model": "gpt-4o", "messages": [Counted(role="user", content=f"probe {i}")]}
         norm.remember("ns", f"c{i}", "chat", body, norm.normalize("ns", "chat", body))
     bucket, index = _Touched(norm._by_ns["ns"]), norm._by_sig["ns"]
     index.settle(bucket)  # what the 100 remembered since the last comparison cost once
-    bucket.touched = _Counted.compared = 0
-    assert _by_comparison(bucket, index, "chat", [_Counted(role="user", content="probe 100")]) == (None, None)
-    assert bucket.touched == 0 and _Counted.compared == 0
-    found = _by_comparison(bucket, index, "chat", [_Counted(role="user", content="probe 37"), _Counted(role="user", content="more")])
+    bucket.touched = Counted.compared = 0
+    assert _by_comparison(bucket, index, "chat", [Counted(role="user", content="probe 100")]) == (None, None)
+    assert bucket.touched == 0 and Counted.compared == 0
+    found = _by_comparison(bucket, index, "chat", [Counted(role="user", content="probe 37"), Counted(role="user", content="more")])
     assert found[1] == "c37"
-    assert bucket.touched == 1 and _Counted.compared == 1
-    n = norm.normalize("ns", "chat", {"model": "gpt-4o", "messages": [_Counted(role="user", content="probe 37"), _Counted(role="user", content="more")]})
+    assert bucket.touched == 1 and Counted.compared == 1
+    n = norm.normalize("ns", "chat", {"model": "gpt-4o", "messages": [Counted(role="user", content="probe 37"), Counted(role="user", content="more")]})
     assert n.reused_from == "c37" and n.reused == 1
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.gate.normalize import _sig
+from tests.support.counting import Counted
 
 
 def _nested(inner: Any) -> Any:
@@ -43,21 +44,6 @@ def test_texts_alike_but_for_their_end_differ_in_summary() -> None:
     assert _sig(one) != _sig(two)
 
 
-class _Counted(dict):  # type: ignore[type-arg]
-    """A parsed item that counts how often it is compared with another."""
-
-    compared = 0
-
-    def __eq__(self, other: object) -> bool:
-        _Counted.compared += 1
-        return dict.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
 def test_a_resent_request_compares_each_remembered_item_once() -> None:
     # a resend: equal items, other objects (a 10 MB text compared is ~1 ms of the loop)
     from collections import OrderedDict
@@ -66,20 +52,20 @@ def test_a_resent_request_compares_each_remembered_item_once() -> None:
     from proxy.gate.normalize import Normalized, _by_comparison, _Entry, _SigIndex
 
     for k in (1, 2, 3, 5):
-        old = [_Counted(role="user", content=f"turn {i} " + "x" * 100) for i in range(k)]
+        old = [Counted(role="user", content=f"turn {i} " + "x" * 100) for i in range(k)]
         snap = from_body("chat", {"messages": [dict(m) for m in old]})
         assert snap is not None
         bucket = OrderedDict(a=_Entry("chat", old, None, None, Normalized(snap, "", "", 0)))
         index = _SigIndex()
         index.add("a")
-        for new in ([_Counted(m) for m in old], [_Counted(m) for m in old] + [_Counted(role="user", content="more")]):
-            _Counted.compared = 0
+        for new in ([Counted(m) for m in old], [Counted(m) for m in old] + [Counted(role="user", content="more")]):
+            Counted.compared = 0
             best, key = _by_comparison(bucket, index, "chat", new)
             assert best is bucket["a"]
             assert key == "a"
-            assert _Counted.compared == k  # each once, not the ends twice
-        changed = [_Counted(m) for m in old]
-        changed[k // 2] = _Counted(role="user", content="edited")
-        _Counted.compared = 0
+            assert Counted.compared == k  # each once, not the ends twice
+        changed = [Counted(m) for m in old]
+        changed[k // 2] = Counted(role="user", content="edited")
+        Counted.compared = 0
         assert _by_comparison(bucket, index, "chat", changed)[0] is None
-        assert _Counted.compared <= k
+        assert Counted.compared <= k

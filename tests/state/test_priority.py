@@ -80,7 +80,6 @@ def test_lower_priority_lowers_a_thread_and_never_the_main_thread() -> None:
     assert os.getpriority(os.PRIO_PROCESS, 0) == base
 
 
-
 def _own_nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 

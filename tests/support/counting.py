@@ -1,4 +1,5 @@
-"""Where a tracker's token counts are made (issue 16's tests: off the event loop)."""
+"""Counting what the code under test does: where a tracker's token counts are made
+(issue 16's tests: off the event loop), how often parsed items are compared."""
 
 from __future__ import annotations
 
@@ -20,3 +21,18 @@ def threads_counting(tracker: Any, which: Callable[[str], bool]) -> set[str]:
 
     tracker.accounting._count_part = counting
     return where
+
+
+class Counted(dict):  # type: ignore[type-arg]
+    """A parsed item that counts how often it is compared with another."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        Counted.compared += 1
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
