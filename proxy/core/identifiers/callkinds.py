@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["READ_VERBS", "WRITE_VERBS", "CallClass"]
+__all__ = ["CREATE_VERBS", "MODIFY_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,23 @@ READ_VERBS = (
     "summarize", "analyze", "validate", "info", "is", "has", "can", "print", "web", "lint", "test",
     "plan", "dry", "estimate", "recall", "history", "log", "logs", "ask", "think", "todo_read", "todoread",
 )
-WRITE_VERBS = (
+#: Verbs of a step that makes something new (what it returns is minted: PRINCIPLES §2a) and
+#: of one that changes what exists. One vocabulary: the call classifier (a tool's name,
+#: an unknown command's words) and the provenance evidence (:mod:`.evidence`) read the
+#: same verbs, so a step one calls state-changing the other does not call a read.
+CREATE_VERBS = frozenset(
+    """create new run launch add insert post make generate mint issue acquire start submit upload
+    put allocate provision register open init fork clone copy backup snapshot export grant begin
+    initiate reserve claim lease lock receive enqueue send publish push commit tag deploy build
+    checkout request order book schedule trigger dispatch spawn submit login signin authenticate
+    auth mint""".split()
+)
+MODIFY_VERBS = frozenset(
+    """update modify patch set edit change configure scale restart rename move delete remove destroy
+    terminate stop cancel rollback revert reset release unlock disable enable switch promote flip
+    resize rotate replace upgrade downgrade apply migrate""".split()
+)
+_WRITE_VERBS = (
     "create", "update", "delete", "remove", "apply", "write", "edit", "run", "execute", "exec",
     "set", "put", "post", "patch", "insert", "upsert", "drop", "deploy", "destroy", "rollback",
     "rollout", "restart", "scale", "start", "stop", "kill", "terminate", "cancel", "refund",
@@ -44,4 +60,9 @@ WRITE_VERBS = (
     "untag", "import", "transfer", "pay", "void", "finalize", "confirm", "reserve", "claim",
     "multiedit", "notebookedit", "str_replace", "todowrite", "todo_write", "make", "generate", "build",
     "login", "signin", "authenticate", "issue", "mint", "grant", "renew", "receive", "dispatch",
+)
+#: Every state-changing verb: the list above, then the creation and modification verbs
+#: (those that are not read verbs too: ``open`` a file, ``export`` a report read).
+WRITE_VERBS = _WRITE_VERBS + tuple(
+    sorted((CREATE_VERBS | MODIFY_VERBS) - set(_WRITE_VERBS) - set(READ_VERBS) - {"export"})
 )

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
+from .callkinds import CREATE_VERBS, MODIFY_VERBS
 from .commands import split_segments
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "output_says_changed",
     "preexisting_line",
     "prior_marked",
+    "reports_failure",
 ]
 
 # --------------------------------------------------------------------------- state change
@@ -69,18 +71,19 @@ def output_says_changed(text: str) -> bool | None:
     return True if _CHANGED.search(text) else None
 
 
-_CREATE_VERBS = frozenset(
-    """create new run launch add insert post make generate mint issue acquire start submit upload
-    put allocate provision register open init fork clone copy backup snapshot export grant begin
-    initiate reserve claim lease lock receive enqueue send publish push commit tag deploy build
-    checkout request order book schedule trigger dispatch spawn submit login signin authenticate
-    auth mint""".split()
-)
-_MODIFY_VERBS = frozenset(
-    """update modify patch set edit change configure scale restart rename move delete remove destroy
-    terminate stop cancel rollback revert reset release unlock disable enable switch promote flip
-    resize rotate replace upgrade downgrade apply migrate""".split()
-)
+#: An HTTP response that reports a client or server error: its status line opens the output.
+_HTTP_FAILED = re.compile(r"\A\s*HTTP/\d(?:\.\d)?\s+[45]\d\d\b")
+
+
+def reports_failure(output: str) -> bool:
+    """Whether a step's output says the step failed: an HTTP response with a 4xx or 5xx
+    status. A failed step made nothing: what its output names (the resource that stood in
+    its way, the error's ids) is no handle of something it created (PRINCIPLES §2a)."""
+    return bool(_HTTP_FAILED.match(output))
+
+
+_CREATE_VERBS = CREATE_VERBS
+_MODIFY_VERBS = MODIFY_VERBS
 _WORD = re.compile(r"[A-Za-z]+")
 _CREATED_WORDS = re.compile(r"(?i)\b(?:created|creation|creating|new|201|generated|granted|acquired|issued|allocated|started|launched)\b")
 
@@ -136,7 +139,10 @@ _VERBS = _CREATE_VERBS | _MODIFY_VERBS | frozenset(
 )
 
 
-def _name_tokens(text: str) -> set[str]:
+def _name_tokens(text: str, *, verbs: bool = False) -> set[str]:
+    """The resource names a command word carries (lower case). ``verbs``: a word that is
+    also a verb counts as a name (it stands past the command's sub-command chain:
+    ``kubectl get deployment checkout``)."""
     out: set[str] = set()
     for m in _TOKEN.finditer(text):
         t = m.group(0).lower()
@@ -149,7 +155,7 @@ def _name_tokens(text: str) -> set[str]:
             if len(t) >= 3:
                 out.add(t)
             continue
-        if len(t) < 3 or t in _STOP or t in _VERBS or "://" in t:
+        if len(t) < 3 or t in _STOP or (t in _VERBS and not verbs) or "://" in t:
             continue
         out.add(t)
         if "/" in t and not t.startswith("/"):  # kind/name -> name
@@ -198,7 +204,10 @@ def _command_names(command: str) -> set[str]:
                 key, _, val = w.partition("=")
                 out |= _name_tokens(key) | _name_tokens(val)
                 continue
-            out |= _name_tokens(w)
+            # the program, its sub-command and the next word may be verbs (gh pr create,
+            # etcdctl lease grant); a word after them names a resource, whatever else it
+            # means (a deployment called checkout, a release called release)
+            out |= _name_tokens(w, verbs=i >= 3)
     return out
 
 

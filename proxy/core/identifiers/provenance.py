@@ -54,6 +54,7 @@ from .evidence import (
     output_says_changed,
     preexisting_line,
     prior_marked,
+    reports_failure,
 )
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
 from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
@@ -271,7 +272,7 @@ def _decide(
 
     # 2a: minted by a state-changing step
     st = first.step
-    if first.role == _OUT and st is not None and st.mutating is True:
+    if first.role == _OUT and st is not None and st.mutating is True and not reports_failure(st.output):
         if klass == "noise":
             reason = "3d"
         elif klass == "state":

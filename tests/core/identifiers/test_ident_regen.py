@@ -266,3 +266,66 @@ def test_responses_shell_calls_are_steps() -> None:
     (u,) = by_value(ids, UPLOAD)
     assert u.source.command and u.source.mutating is True and u.why == "2a"
     assert regen_of(ids, SHA) is True  # read, and nothing changed HEAD afterwards
+
+
+# --------------------------------------------------------------------------- rules stated by the principles, not by tables
+
+
+def test_a_creation_verb_in_an_unknown_clis_sub_command_mints() -> None:
+    """PRINCIPLES §2: a tool the gate has never heard of is judged by what its call says —
+    ``fork`` is a creation verb wherever it stands in the sub-command chain (one verb
+    vocabulary for the call classifier and the provenance evidence)."""
+    branch = "br_t7skkspff85m0l"
+    s = snap({"role": "user", "content": "fork the db"}, call(1, "acmectl db fork orders --to orders-shadow"),
+             result(1, f"orders-shadow ready (branch {branch}, copy-on-write from orders)"))
+    assert regen_of(extract_snapshot(s, cache=None), branch) is False
+    s = snap({"role": "user", "content": "show the db"}, call(1, "acmectl db show orders"),
+             result(1, f"orders: 41 GiB, branch {branch}"))
+    assert regen_of(extract_snapshot(s, cache=None), branch) is True
+
+
+def test_every_creation_and_modification_verb_makes_a_tool_state_changing() -> None:
+    from proxy.core.identifiers.callkinds import CREATE_VERBS, MODIFY_VERBS, READ_VERBS
+    from proxy.core.identifiers.commands import classify_call
+
+    for verb in sorted((CREATE_VERBS | MODIFY_VERBS) - set(READ_VERBS) - {"export"}):
+        assert classify_call(f"{verb}_sandbox", "{}").mutating is True, verb
+        assert classify_call(f"mcp__acme__{verb}", "{}").mutating is True, verb
+
+
+def test_a_resource_named_like_a_verb_links_its_read_to_the_later_change() -> None:
+    """§2b: the image read from deployment ``checkout`` before ``rollout undo`` of it is
+    its rollback target — ``checkout`` names the deployment there, it is no verb."""
+    image = "ghcr.io/acme/checkout@sha256:301457e15f93fd61a0736ac3a33fc51c7d8525679868094d9b2ada50029f6fac"
+    for name, required in (("checkout", True), ("storefront", False)):
+        s = snap({"role": "user", "content": "roll back"},
+                 call(1, f"kubectl get deployment {name} -o jsonpath='{{..image}}'"), result(1, image),
+                 call(2, "kubectl rollout undo deployment/checkout"), result(2, "deployment.apps/checkout rolled back"))
+        assert regen_of(extract_snapshot(s, cache=None), image) is (not required), name
+
+
+def test_link_keys_keep_verbs_out_of_the_sub_command_chain() -> None:
+    from proxy.core.identifiers.evidence import link_keys
+
+    assert "checkout" in link_keys("bash", "kubectl get deployment checkout -o yaml", "")
+    assert "create" not in link_keys("bash", "gh pr create --title x", "")
+    assert "grant" not in link_keys("bash", "etcdctl lease grant 60", "")
+
+
+@pytest.mark.parametrize(
+    "status,required",
+    [("HTTP/1.1 409 Conflict", False), ("HTTP/2 500 Internal Server Error", False), ("HTTP/1.1 201 Created", True)],
+)
+def test_a_failed_request_mints_nothing(status: str, required: bool) -> None:
+    """§2a needs a handle to what the step made: a POST answered with an error status made
+    nothing, and the id its error names (the deploy that stood in its way) is not minted."""
+    dep = "dep_MBChdHxH5ViINm"
+    body = json.dumps({"error": "deploy_in_progress", "running_deploy": dep} if not required else {"deploy": dep})
+    s = snap({"role": "user", "content": "deploy"},
+             call(1, "curl -si -X POST https://deploy.internal/api/deploys -d '{\"app\": \"web\"}'"),
+             result(1, f"{status}\ncontent-type: application/json\n\n{body}"))
+    assert regen_of(extract_snapshot(s, cache=None), dep) is (not required)
+    from proxy.core.identifiers.evidence import reports_failure
+
+    assert reports_failure(f"{status}\n\n{{}}") is (not required)
+    assert reports_failure(f"curl said: {status}") is False  # a status line opens the output
