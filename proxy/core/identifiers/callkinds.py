@@ -41,7 +41,7 @@ CREATE_VERBS = frozenset(
     put allocate provision register open init fork clone copy backup snapshot export grant begin
     initiate reserve claim lease lock receive enqueue send publish push commit tag deploy build
     checkout request order book schedule trigger dispatch spawn submit login signin authenticate
-    auth mint""".split()
+    auth mint take""".split()
 )
 MODIFY_VERBS = frozenset(
     """update modify patch set edit change configure scale restart rename move delete remove destroy
