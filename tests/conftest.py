@@ -24,6 +24,9 @@ from tests.support.fake_upstream import FakeUpstream
 # SDKs read these; make sure a developer's environment never redirects tests.
 for _var in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
     os.environ.pop(_var, None)
+# litellm fetches its model cost map from GitHub when first imported unless told to use the
+# copy it ships; the guardrail integration imports it at module level (collection time)
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 @pytest.fixture
