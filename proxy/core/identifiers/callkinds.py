@@ -40,8 +40,8 @@ CREATE_VERBS = frozenset(
     """create new run launch add insert post make generate mint issue acquire start submit upload
     put allocate provision register open init fork clone copy backup snapshot export grant begin
     initiate reserve claim lease lock receive enqueue send publish push commit tag deploy build
-    checkout request order book schedule trigger dispatch spawn submit login signin authenticate
-    auth mint take""".split()
+    checkout request order book schedule trigger dispatch spawn login signin authenticate auth
+    take""".split()
 )
 MODIFY_VERBS = frozenset(
     """update modify patch set edit change configure scale restart rename move delete remove destroy

@@ -82,8 +82,6 @@ def reports_failure(output: str) -> bool:
     return bool(_HTTP_FAILED.match(output))
 
 
-_CREATE_VERBS = CREATE_VERBS
-_MODIFY_VERBS = MODIFY_VERBS
 _WORD = re.compile(r"[A-Za-z]+")
 _CREATED_WORDS = re.compile(r"(?i)\b(?:created|creation|creating|new|201|generated|granted|acquired|issued|allocated|started|launched)\b")
 
@@ -103,9 +101,9 @@ def _creates(tool: str | None, command: str | None, output: str) -> bool:
     if tool:
         words.extend(w.lower() for w in _WORD.findall(tool.replace("_", " ")))
     for w in words:
-        if w in _CREATE_VERBS:
+        if w in CREATE_VERBS:
             return True
-        if w in _MODIFY_VERBS:
+        if w in MODIFY_VERBS:
             return bool(_CREATED_WORDS.search(output[:2000]))
     return bool(_CREATED_WORDS.search(output[:2000]))
 
@@ -133,7 +131,7 @@ _STOP = frozenset(
 )
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@~+\-]*[A-Za-z0-9]")
 #: Verbs (not nouns that tool names also use, such as ``web`` or ``todo``).
-_VERBS = _CREATE_VERBS | _MODIFY_VERBS | frozenset(
+_VERBS = CREATE_VERBS | MODIFY_VERBS | frozenset(
     """get list describe show status view read cat inspect query search fetch watch logs log
     history diff check validate wait exec execute invoke call apply""".split()
 )
