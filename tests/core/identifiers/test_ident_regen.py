@@ -17,6 +17,9 @@ from proxy.core.identifiers import (
     mark_regenerability,
     snapshot_calls,
 )
+from proxy.core.identifiers.callkinds import CREATE_VERBS, MODIFY_VERBS, READ_VERBS
+from proxy.core.identifiers.commands import classify_call
+from proxy.core.identifiers.evidence import link_keys, reports_failure
 from proxy.core.messages import Part, Snapshot, make_message
 
 SHA = "4ab09790de1eec4f5973f19c2dc3d58654165a62"
@@ -285,9 +288,6 @@ def test_a_creation_verb_in_an_unknown_clis_sub_command_mints() -> None:
 
 
 def test_every_creation_and_modification_verb_makes_a_tool_state_changing() -> None:
-    from proxy.core.identifiers.callkinds import CREATE_VERBS, MODIFY_VERBS, READ_VERBS
-    from proxy.core.identifiers.commands import classify_call
-
     for verb in sorted((CREATE_VERBS | MODIFY_VERBS) - set(READ_VERBS) - {"export"}):
         assert classify_call(f"{verb}_sandbox", "{}").mutating is True, verb
         assert classify_call(f"mcp__acme__{verb}", "{}").mutating is True, verb
@@ -305,8 +305,6 @@ def test_a_resource_named_like_a_verb_links_its_read_to_the_later_change() -> No
 
 
 def test_link_keys_keep_verbs_out_of_the_sub_command_chain() -> None:
-    from proxy.core.identifiers.evidence import link_keys
-
     assert "checkout" in link_keys("bash", "kubectl get deployment checkout -o yaml", "")
     assert "create" not in link_keys("bash", "gh pr create --title x", "")
     assert "grant" not in link_keys("bash", "etcdctl lease grant 60", "")
@@ -325,7 +323,5 @@ def test_a_failed_request_mints_nothing(status: str, required: bool) -> None:
              call(1, "curl -si -X POST https://deploy.internal/api/deploys -d '{\"app\": \"web\"}'"),
              result(1, f"{status}\ncontent-type: application/json\n\n{body}"))
     assert regen_of(extract_snapshot(s, cache=None), dep) is (not required)
-    from proxy.core.identifiers.evidence import reports_failure
-
     assert reports_failure(f"{status}\n\n{{}}") is (not required)
     assert reports_failure(f"curl said: {status}") is False  # a status line opens the output
