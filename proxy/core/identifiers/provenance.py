@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 
-from .commands import CallClass, classify_call, classify_command, is_shell_tool
+from .commands import CallClass, classify_call, classify_command, command_of, is_shell_tool
 from .evidence import (
     creates,
     identity_label,
@@ -58,7 +58,7 @@ from .evidence import (
 )
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
 from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
-from .validators import has_opaque_part
+from .validators import generated_suffix, has_opaque_part
 
 __all__ = ["CallRef", "Step", "judge", "never_required"]
 
@@ -136,8 +136,11 @@ def _call_step(mi: int, pi: int, tool: str | None, args: str, cls: CallClass, ou
 def _text_step(mi: int, pi: int, text: str, ts: TextStep) -> Step:
     output = text[ts.out_start : ts.out_end]
     args = text[ts.args_start : ts.args_end]
-    if ts.command is not None:
-        cls = classify_command(ts.command)
+    command = ts.command
+    if command is None and is_shell_tool(ts.tool):
+        command = command_of(ts.tool, args)  # a ReAct action of a shell tool: its input is the command line
+    if command is not None:
+        cls = classify_command(command)
     elif ts.tool in (GATE_NOTE, PASTED_OUTPUT):
         cls = CallClass(None)
     elif ts.tool is not None and not is_shell_tool(ts.tool):
@@ -147,13 +150,13 @@ def _text_step(mi: int, pi: int, text: str, ts: TextStep) -> Step:
     return Step(
         pos=(mi, pi, ts.args_start if ts.args_end > ts.args_start else ts.out_start),
         tool=ts.tool,
-        command=ts.command,
+        command=command,
         args=args,
         output=output,
         mutating=_mutating(cls.mutating, output),
-        keys=link_keys(ts.tool, ts.command, args, cls.domains),
-        history=is_history(ts.tool, ts.command),
-        creates=creates(ts.tool, ts.command, output),
+        keys=link_keys(ts.tool, command, args, cls.domains),
+        history=is_history(ts.tool, command),
+        creates=creates(ts.tool, command, output),
     )
 
 
@@ -173,9 +176,12 @@ _NUMBERED = re.compile(r"/\d{2,}(?=$|[/?#])")
 
 def _minted_name(value: str, kind: str, opaque: bool) -> bool:
     """A name a step could have minted: one with a machine-made part (a stamp, a random
-    suffix), or a URL ending in a number the service assigned (``…/pull/4812``). A
-    readable name without either is one the task or the configuration gave (§3b, §3c)."""
-    return opaque or (kind == "url" and _NUMBERED.search(value.split("?", 1)[0]) is not None)
+    suffix), a URL ending in a number the service assigned (``…/pull/4812``), or a name
+    generated from a prefix (``job.batch/migrate-23mt8``). A readable name without any
+    of these is one the task or the configuration gave (§3b, §3c)."""
+    if opaque or generated_suffix(value):
+        return True
+    return kind == "url" and _NUMBERED.search(value.split("?", 1)[0]) is not None
 
 
 def never_required(ident: Identifier, binding_of: Callable[[str], str]) -> bool:

@@ -23,6 +23,7 @@ __all__ = [
     "VALIDATORS",
     "Validator",
     "fragmentation",
+    "generated_suffix",
     "has_opaque_part",
     "looks_opaque",
     "shannon_entropy",
@@ -160,6 +161,33 @@ def has_opaque_part(value: str) -> bool:
     if _UUID_IN.search(value) or _STAMP.search(value):
         return True
     return any(_opaque_piece(p) for p in _PIECES.findall(value))
+
+
+#: The last dash piece of a name a server generated from a prefix (Kubernetes
+#: ``generateName``: ``migrate-23mt8``, ``api-7d9f8b6c5d-rdvzn``): five lower-case letters
+#: and digits. Kubernetes draws them from an alphabet without vowels; a piece with a vowel
+#: is still generated when it is no word followed by a number (``4asvw`` but not ``west1``,
+#: ``node2``). Digits only, or a number with a unit (``500gb``, ``2048m``), read as
+#: numbers a person gave.
+_SUFFIX = re.compile(r"(?<![a-z0-9])[a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?P<suffix>[a-z0-9]{5})$")
+_UNIT = re.compile(r"^\d+(?:[kmgtp]i?b?|b|x|s|h|d|w)$")
+_WORD_NUMBER = re.compile(r"^[a-z]+\d+$")
+_VOWEL = re.compile(r"[aeiouy]")
+
+
+def generated_suffix(value: str) -> bool:
+    """Whether ``value`` (or its last path segment) ends in a generated suffix: the name
+    a step made from a prefix it was given, not derivable from the call (PRINCIPLES §2a,
+    §3b)."""
+    m = _SUFFIX.search(value.rsplit("/", 1)[-1])
+    if m is None:
+        return False
+    suffix = m.group("suffix")
+    if suffix.isdigit() or _UNIT.match(suffix):
+        return False
+    if not _VOWEL.search(suffix):
+        return True
+    return not suffix.isalpha() and _WORD_NUMBER.match(suffix) is None
 
 
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
@@ -304,4 +332,5 @@ VALIDATORS: Mapping[str, Validator] = {
     "not_uuid": not_uuid,
     "opaque_part": has_opaque_part,
     "opaque_body": opaque_body,
+    "generated_suffix": generated_suffix,
 }

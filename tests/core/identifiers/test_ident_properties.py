@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from proxy.core.identifiers import Source, extract_text
 from proxy.core.identifiers.filters import is_placeholder
+from proxy.core.identifiers.validators import generated_suffix
 
 _SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _SRC = Source(0, "assistant", "assistant")
@@ -148,3 +150,32 @@ def test_the_catalogue_wide_gate_finds_what_each_rule_finds_alone(parts: list[st
         return [(c.rule.id, c.start, c.end, c.value, c.norm_groups) for c in cs]
 
     assert key(candidates(text, cat, command)) == key(candidates(text, cat, command, gated=False))
+
+
+_K8S_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' name generator
+
+
+@given(
+    st.from_regex(r"[a-z]{2,10}(-[a-z]{2,8}){0,2}", fullmatch=True),
+    st.text(alphabet=_K8S_SUFFIX, min_size=5, max_size=5),
+)
+def test_every_generate_name_suffix_is_recognised(prefix: str, suffix: str) -> None:
+    """Whatever the prefix, a suffix Kubernetes' generator made marks the name as
+    generated — with digits, or letters only (which it draws without vowels). One that
+    reads as a number, or a number with a unit (``2048m``), is a number a person could
+    have given, and is not claimed."""
+    assume(not re.fullmatch(r"\d+(?:[kmgtp]i?b?|b|x|s|h|d|w)?", suffix))
+    assert generated_suffix(f"{prefix}-{suffix}")
+    assert generated_suffix(f"job.batch/{prefix}-{suffix}")
+
+
+@given(
+    st.from_regex(r"[a-z]{2,10}", fullmatch=True),
+    st.one_of(
+        st.builds(lambda w, n: w + str(n), st.sampled_from(["west", "east", "node", "api", "web", "zone", "pool", "r", "v"]), st.integers(0, 999)),  # west1, node2, api10
+        st.builds(lambda n, u: str(n) + u, st.integers(0, 9999), st.sampled_from(["gb", "mb", "gi", "m", "k", "x", "s", ""])),  # 500gb, 10x
+        st.sampled_from(["shard", "admin", "proxy", "cache", "queue", "green"]),
+    ),
+)
+def test_names_people_give_are_not_generated(prefix: str, last: str) -> None:
+    assert not generated_suffix(f"{prefix}-{last}")

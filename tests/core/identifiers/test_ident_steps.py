@@ -63,6 +63,32 @@ def test_pasted_state_change_mints_but_prose_does_not() -> None:
     assert all(i.regenerable for i in said if i.value == LEASE)
 
 
+def test_a_react_action_of_a_shell_tool_is_its_command() -> None:
+    """A ReAct trace's ``Action: bash`` carries its command line in ``Action Input``: the
+    step is that command (an ``--async`` resize mints its operation), not prose."""
+    op = "operation-9688367708652-69966ab9-928f9a29-c25bfcf5"
+    trace = (
+        "Thought: resize the pool.\nAction: bash\n"
+        "Action Input: gcloud container clusters resize prod-eu --node-pool analytics --num-nodes 6 --async\n"
+        f"Observation: name: {op}\nstatus: RUNNING\nThought: poll it."
+    )
+    minted = [i for i in _snap(("assistant", trace)) if i.value == op]
+    assert [(i.regenerable, i.why) for i in minted] == [(False, "2a")]
+    listed = trace.replace("clusters resize prod-eu --node-pool analytics --num-nodes 6 --async", "operations list")
+    assert all(i.regenerable for i in _snap(("assistant", listed)) if i.value == op)
+
+
+def test_a_generated_name_is_minted_only_by_the_step_that_made_it() -> None:
+    """``generateName``: the created job's name is not in the call (PRINCIPLES §2a, §3b);
+    the same shape in a listing, or a name the call gave, is readable again."""
+    created = _snap(("user", "$ kubectl create -f k8s/migrate-job.yaml -n shop\njob.batch/migrate-23mt8 created"))
+    assert [i.why for i in created if i.value.endswith("migrate-23mt8")] == ["2a"]
+    listed = _snap(("user", "$ kubectl get jobs -n shop\nmigrate-23mt8   0/1   8s"))
+    assert all(i.regenerable for i in listed if "migrate-23mt8" in i.value)
+    named = _snap(("user", "$ kubectl create job migrate-api -n shop --image=api\njob.batch/migrate-api created"))
+    assert all(i.regenerable for i in named if "migrate-api" in i.value)
+
+
 def test_the_gates_own_note_stays_required() -> None:
     note = (
         "[compaction-gate: identifiers preserved from before this conversation was compacted]\n"
