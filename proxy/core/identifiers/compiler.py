@@ -17,6 +17,7 @@ from typing import Any
 
 from .filters import DEFAULT_FILTERS, FILTERS, REGEX_FILTERS, combined_filter
 from .rules import BINDING_CLASSES, CatalogError, Example, Rule
+from .textindex import PREFILTERS
 from .validators import VALIDATORS
 
 # Rules compile with the standard library engine; the scanner (see .scanner) keeps
@@ -198,8 +199,8 @@ def compile_rule(raw: Mapping[str, Any], origin: str = "<rules>") -> Rule:
         raise CatalogError(f"{where}: 'max_len' must be a non-negative integer")
     desc = raw.get("description", "")
     prefilter = raw.get("prefilter")
-    if prefilter not in (None, "hex", "alnum26", "underscore8", "digit4"):
-        raise CatalogError(f"{where}: 'prefilter' must be one of hex, alnum26, underscore8, digit4")
+    if prefilter is not None and prefilter not in PREFILTERS:
+        raise CatalogError(f"{where}: 'prefilter' must be one of {', '.join(PREFILTERS)}")
     reach_raw = raw.get("reach", [64, max_len or 1024])
     if (
         not isinstance(reach_raw, list)

@@ -40,7 +40,8 @@ change what a rule finds, only how fast):
 - ``tokens``: whole words (snake/kebab/camel pieces, lower case) one of which must occur;
   the match starts at the word unless ``reach[0] > 0``.
 - ``anchors``: substrings one of which must occur (``"://"``, ``"sk-ant-"``).
-- ``prefilter`` (``hex``, ``alnum26``, ``underscore8``, ``digit4``) with ``run_len``:
+- ``prefilter`` (``hex``, ``alnum26``, ``underscore8``, ``digit4``, ``dash5``, ``hexpairs``;
+  see :data:`.textindex.PREFILTERS`) with ``run_len``:
   the match starts at (or near) a run of such characters of that length.
 - ``expand``: a character class; the match may start before the anchor, at the left end
   of the run of these characters (``[\\w.-]`` before the ``/`` of a path).
@@ -137,8 +138,10 @@ class Rule:
     #: and its other filters; together equivalent to ``filters``.
     filter_rx: re.Pattern[str] | None = None
     filter_fns: tuple[Filter, ...] = ()
-    #: A character-run prefilter (``hex``: 7+ hex digits; ``alnum26``: 26+ alphanumerics;
-    #: ``underscore8``: ``_`` then 8+ alphanumerics), computed once per text.
+    #: A named prefilter (``hex``: 7+ hex digits; ``alnum26``: 26+ alphanumerics;
+    #: ``underscore8``: ``_`` then 8+ alphanumerics; ``digit4``; ``dash5``: a dash and
+    #: five closing a name; ``hexpairs``: 8+ colon-separated hex pairs), computed once
+    #: per text.
     prefilter: str | None = None
     #: Only prefilter runs with a length in ``[min, max]`` can start a match.
     run_len: tuple[int, int] | None = None

@@ -64,11 +64,39 @@ def _runs(ab: bytes, table: bytes, min_len: int, lead: bool = False) -> list[Win
         pos = j
 
 
+#: ``-`` and five lower-case letters or digits ending a name: where a generated suffix
+#: can be (``migrate-23mt8``).
+_DASH5 = re.compile(rb"-[a-z0-9]{5}(?![\w\-])")
+_HEX_COLON_T = _table("0123456789abcdefABCDEF", ":")
+_PAIRS = (bytes([_MARK, _MARK, _LEAD]) * 7) + bytes([_MARK, _MARK])
+_NON_PAIR = re.compile(b"[^\x01\x02]")
+
+
+def _hex_pairs(ab: bytes) -> list[Window]:
+    """Spans of eight or more colon-separated hex pairs (a serial number, a fingerprint),
+    found by substring search on the translated text."""
+    t = ab.translate(_HEX_COLON_T)
+    out: list[Window] = []
+    pos = 0
+    while (i := t.find(_PAIRS, pos)) >= 0:
+        m = _NON_PAIR.search(t, i + len(_PAIRS))
+        j = m.start() if m else len(t)
+        out.append((i, j))
+        pos = j
+    return out
+
+
+def _spans(pattern: re.Pattern[bytes]) -> Callable[[bytes], list[Window]]:
+    return lambda ab: [m.span() for m in pattern.finditer(ab)]
+
+
 PREFILTERS: dict[str, Callable[[bytes], list[Window]]] = {
     "hex": lambda ab: _runs(ab, _HEX_T, 7),
     "alnum26": lambda ab: _runs(ab, _ALNUM_T, 26),
     "underscore8": lambda ab: _runs(ab, _US_ALNUM_T, 8, lead=True),
     "digit4": lambda ab: _runs(ab, _DIGIT_T, 4),
+    "dash5": _spans(_DASH5),
+    "hexpairs": _hex_pairs,
 }
 
 
