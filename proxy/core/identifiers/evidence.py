@@ -267,8 +267,11 @@ def is_history(tool: str | None, command: str | None) -> bool:
 
 _PRIOR_WORDS = r"previous(?:ly)?|prior|old|before|original(?:ly)?|formerly|former|last known good|rollback target|pre[-_ ]?(?:change|upgrade|reset|deploy|rollout|squash|rebase|switch)|saved"
 _NEW_WORDS = re.compile(r"(?i)\b(?:new|now|current(?:ly)?|to|after|next|updated|target)\b")
-_PRIOR_BEFORE = re.compile(r"(?i)(?:\b(?:" + _PRIOR_WORDS + r")\b[\"'\s:=_\-\w.()]*|\b(?:from|was|were)[\"'\s:=]{1,3})$")
-_PRIOR_HEADER = re.compile(r"(?i)\b(?:" + _PRIOR_WORDS + r")\b[^\n]*:\s*$")
+#: A prior word as a word of its own or as a piece of a key (``previous_offset``,
+#: ``oldValue``): no letter or digit glued to it, a case change ending it.
+_PRIOR_WORD = r"(?<![A-Za-z0-9])(?i:" + _PRIOR_WORDS + r")(?![a-z0-9])"
+_PRIOR_BEFORE = re.compile(r"(?:" + _PRIOR_WORD + r"[\"'\s:=_\-\w.()]*|(?i:\b(?:from|was|were))[\"'\s:=]{1,3})$")
+_PRIOR_HEADER = re.compile(_PRIOR_WORD + r"[^\n]*:\s*$")
 _ARROW_AFTER = re.compile(r"^\s*(?:->|→|=>|\.\.\.?(?=[0-9a-fA-F])|\s+to\s+\S)")
 
 

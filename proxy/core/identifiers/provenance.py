@@ -57,6 +57,7 @@ from .evidence import (
     reports_failure,
 )
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
+from .normalize import identifying_token
 from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
 from .validators import generated_suffix, has_opaque_part
 
@@ -255,6 +256,16 @@ def _entity_regions(text: str, write: Step) -> list[tuple[int, int]]:
     return out
 
 
+def _token_start(ident: Identifier) -> int:
+    """Where the identifying token of a record value starts (the offset of ``"partition":
+    0, "previous_offset": 7259834``): what marks the record as prior state stands before
+    its token, not before the record (PRINCIPLES §4)."""
+    tok = identifying_token(ident.kind, ident.norm)
+    if tok is not None and ident.value.lower().endswith(tok[0]):
+        return ident.end - len(tok[0])
+    return ident.start
+
+
 def _in(value: str, text: str) -> bool:
     return bool(text) and value.lower() in text.lower()
 
@@ -312,7 +323,7 @@ def _decide(
             if o.role != _OUT or o.step is None:
                 continue
             r = o.step
-            if r.mutating is True and prior_marked(o.text, o.ident.start, o.ident.end):
+            if r.mutating is True and prior_marked(o.text, _token_start(o.ident), o.ident.end):
                 return "2b"
             if r.history or _in(value, r.args):
                 continue

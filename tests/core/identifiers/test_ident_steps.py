@@ -148,3 +148,36 @@ def test_history_prior_preexisting_identity() -> None:
     assert not preexisting_line("aws_instance.x: Creation complete after 2s [id=i-0abc]", 40)
     j = '{"id": "pi_x", "payment_intent": "pi_y"}'
     assert identity_label(j, j.index("pi_x")) and not identity_label(j, j.index("pi_y"))
+
+
+@pytest.mark.parametrize(
+    "text,prior",
+    [
+        ('"previous_offset": 7259834', True),
+        ('"oldValue": 7259834', True),
+        ('"old-image": 7259834', True),
+        ('"folder": 7259834', False),
+        ('"oldest": 7259834', False),
+        ('"new_offset": 7259834', False),
+    ],
+)
+def test_a_prior_word_marks_a_key_in_any_case_style(text: str, prior: bool) -> None:
+    i = text.index("7259834")
+    assert prior_marked(text, i, i + 7) is prior
+
+
+def test_offsets_a_reset_reports_as_previous_are_prior_state() -> None:
+    """An MCP reset tool's JSON names each partition's previous offset: the rollback
+    target (PRINCIPLES §2b), bound to its partition (§4); the new offsets are read again."""
+    out = json.dumps({"group": "fraud-scorer", "topic": "payments", "partitions": [
+        {"partition": 0, "previous_offset": 7259834, "new_offset": 0},
+        {"partition": 1, "previous_offset": 6602262, "new_offset": 0},
+    ]}, indent=2)
+    s = from_openai_chat({"messages": [
+        {"role": "user", "content": "Reset fraud-scorer to earliest."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "mcp__kafka__reset_offsets", "arguments": json.dumps({"group": "fraud-scorer", "to": "earliest"})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": out},
+    ]})
+    offsets = [i for i in extract_snapshot(s, cache=None) if i.kind == "kafka_offset"]
+    assert sorted((i.norm, i.why) for i in offsets) == [(":0@7259834", "2b"), (":1@6602262", "2b")]
