@@ -13,9 +13,9 @@ from proxy.core.dialects import from_any
 from proxy.core.markers import default_markers
 
 PROBE = Path(__file__).parent / "probe"
-#: Verdicts right, and false alarms, when the floor was last raised (session 39: 79 of 87,
+#: Verdicts right, and false alarms, when the floor was last raised (session 39: 80 of 87,
 #: 4 false alarms of 36 safe transitions).
-AT_LEAST_RIGHT = 79
+AT_LEAST_RIGHT = 80
 AT_MOST_FALSE_ALARMS = 4
 
 

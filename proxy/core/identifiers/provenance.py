@@ -289,7 +289,8 @@ def _decide(
 
     # 2a: minted by a state-changing step
     st = first.step
-    if first.role == _OUT and st is not None and st.mutating is True and not reports_failure(st.output):
+    issued = klass == "receipt" and st is not None  # a receive's handle: the receive leased the message
+    if first.role == _OUT and st is not None and (st.mutating is True or issued) and not reports_failure(st.output):
         if klass == "noise":
             reason = "3d"
         elif klass == "state":

@@ -66,12 +66,16 @@ from .validators import Validator
 __all__ = ["BINDING_CLASSES", "CatalogError", "Example", "Rule"]
 
 ContextScope = Literal["window", "line", "text"]
-BindingClass = Literal["handle", "version", "state", "name", "noise"]
+BindingClass = Literal["handle", "receipt", "version", "state", "name", "noise"]
 
 #: What a detected value is, for the provenance rules (:mod:`.provenance`):
 #:
 #: - ``handle``: the identifier of an entity or an operation (upload id, lock token,
 #:   refund id, UUID …): required when a state-changing step minted it.
+#: - ``receipt``: the receipt or ack handle of a received message (SQS ``ReceiptHandle``,
+#:   Pub/Sub ``ackId``): a handle that only the receive issuing it can give — the receive
+#:   leased the message, and no read returns the handle again — so required wherever a
+#:   step first printed it, whatever its verb (``pull``, ``fetch``, ``poll``).
 #: - ``version``: the id of an immutable version that is also the *value* of a state
 #:   (a commit, a migration revision, an image digest): required when minted, and as
 #:   the prior state of a later change (the HEAD before a reset).
@@ -84,7 +88,7 @@ BindingClass = Literal["handle", "version", "state", "name", "noise"]
 #: - ``noise``: ids of read-only noise (request and trace ids, layer digests of a
 #:   pull, wheel hashes): never required unless the agent itself wrote it into a
 #:   state-changing call.
-BINDING_CLASSES: tuple[str, ...] = ("handle", "version", "state", "name", "noise")
+BINDING_CLASSES: tuple[str, ...] = ("handle", "receipt", "version", "state", "name", "noise")
 Boundary = Literal["word", "camel"]
 #: Compiled pattern of the rule engine (``regex`` when available, else ``re``).
 Pattern = Any
