@@ -289,7 +289,9 @@ def _decide(
 
     # 2a: minted by a state-changing step
     st = first.step
-    issued = klass == "receipt" and st is not None  # a receive's handle: the receive leased the message
+    # a receipt handle from a step no verb list knows (``pull``, ``poll``): only the receive
+    # that leased the message gives it; a step known to read can give it again
+    issued = klass == "receipt" and st is not None and st.mutating is None
     if first.role == _OUT and st is not None and (st.mutating is True or issued) and not reports_failure(st.output):
         if klass == "noise":
             reason = "3d"

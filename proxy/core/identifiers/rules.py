@@ -74,8 +74,8 @@ BindingClass = Literal["handle", "receipt", "version", "state", "name", "noise"]
 #:   refund id, UUID …): required when a state-changing step minted it.
 #: - ``receipt``: the receipt or ack handle of a received message (SQS ``ReceiptHandle``,
 #:   Pub/Sub ``ackId``): a handle that only the receive issuing it can give — the receive
-#:   leased the message, and no read returns the handle again — so required wherever a
-#:   step first printed it, whatever its verb (``pull``, ``fetch``, ``poll``).
+#:   leased the message — so required where a step printed it first, also one whose verb
+#:   no list knows (``pull``, ``poll``); a step known to be a read can give it again.
 #: - ``version``: the id of an immutable version that is also the *value* of a state
 #:   (a commit, a migration revision, an image digest): required when minted, and as
 #:   the prior state of a later change (the HEAD before a reset).

@@ -183,10 +183,10 @@ def test_offsets_a_reset_reports_as_previous_are_prior_state() -> None:
     assert sorted((i.norm, i.why) for i in offsets) == [(":0@7259834", "2b"), (":1@6602262", "2b")]
 
 
-def test_a_receipt_handle_is_issued_by_whatever_step_printed_it() -> None:
+def test_a_receipt_handle_is_issued_by_the_step_that_printed_it() -> None:
     """A Pub/Sub pull leases the messages it returns: their ack ids exist nowhere else,
-    whatever a verb list says of ``pull`` (PRINCIPLES §2a, §4). A handle the user only
-    mentions is no step's output."""
+    though no verb list knows ``subscriptions pull`` (PRINCIPLES §2a, §4). A handle the
+    user only mentions is no step's output."""
     ack = "RkhRNxkIaFEOT14jPzUgKEUQAggUBXx9cEFLdV1adxkHY3ZcQFfEe2lz"
     pulled = _snap(("user", f'$ gcloud pubsub subscriptions pull orders-dlq-sub --format=json\n[{{"ackId": "{ack}", "message": {{"data": "e30="}}}}]'))
     assert [(i.kind, i.why) for i in pulled if i.value == ack] == [("receipt_handle", "2a")]
