@@ -13,10 +13,10 @@ from proxy.core.dialects import from_any
 from proxy.core.markers import default_markers
 
 PROBE = Path(__file__).parent / "probe"
-#: Verdicts right, and false alarms, when the floor was last raised (session 39: 80 of 87,
-#: 4 false alarms of 36 safe transitions).
-AT_LEAST_RIGHT = 80
-AT_MOST_FALSE_ALARMS = 4
+#: Verdicts right, and false alarms, when the floor was last raised (session 39: 81 of 87,
+#: 3 false alarms of 36 safe transitions).
+AT_LEAST_RIGHT = 81
+AT_MOST_FALSE_ALARMS = 3
 
 
 def test_the_probe_corpus_does_not_regress() -> None:

@@ -192,3 +192,24 @@ def test_a_receipt_handle_is_issued_by_the_step_that_printed_it() -> None:
     assert [(i.kind, i.why) for i in pulled if i.value == ack] == [("receipt_handle", "2a")]
     said = _snap(("user", f'Earlier I saw "ackId": "{ack}" in the console.'))
     assert all(i.regenerable for i in said if i.value == ack)
+
+
+def test_a_value_the_change_restates_is_its_subject_not_its_prior_state() -> None:
+    """A read shows migration version 3 and its recorded checksum; ``flyway repair``
+    rewrites the checksum *for version 3*: the checksum before it is the rollback target
+    (PRINCIPLES §2b), the version it names again is what it acted on, not a state it
+    replaced."""
+    validate = (
+        "$ flyway -environment=prod validate\nERROR: Validate failed\n"
+        "Migration checksum mismatch for migration version 3\n"
+        "-> Applied to database : 1251235302\n-> Resolved locally    : -938692586\n"
+    )
+    repair = (
+        "$ flyway -environment=prod repair\n"
+        "Repairing Schema History table for version 3 (Description: add index, Checksum: -938692586)\n"
+        'Successfully repaired schema history table "public"."flyway_schema_history"\n'
+    )
+    ids = _snap(("user", validate), ("user", repair))
+    why = {i.value: i.why for i in ids if i.source.message_index == 0}
+    assert why["1251235302"] == "2b"
+    assert why["3"] != "2b" and why["-938692586"] != "2b"
