@@ -4,8 +4,9 @@ it, shared by tool names (:mod:`.commands`) and command lines (:mod:`.shell`).""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
-__all__ = ["CREATE_VERBS", "MODIFY_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass"]
+__all__ = ["CREATE_VERBS", "MODIFY_VERBS", "PHRASAL_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass", "phrasal_verb"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +60,26 @@ _OTHER_WRITE_VERBS = frozenset(
 #: Every state-changing verb: those, and the creation and modification verbs that are not
 #: read verbs too (``open`` a file, ``export`` a report read).
 WRITE_VERBS = _OTHER_WRITE_VERBS | ((CREATE_VERBS | MODIFY_VERBS) - set(READ_VERBS) - {"export"})
+
+#: Phrasal verbs — a verb and its particle, which together mean something else than the
+#: verb (``spin_up_preview`` makes an environment, ``look_up_order`` reads one): what each
+#: does, ``create`` (PRINCIPLES §2a: what it returns is minted), ``modify`` or ``read``.
+PHRASAL_VERBS: dict[tuple[str, str], str] = {
+    **{pair: "create" for pair in (("spin", "up"), ("stand", "up"), ("set", "up"), ("bring", "up"), ("boot", "up"), ("fire", "up"), ("start", "up"), ("sign", "up"), ("check", "out"))},
+    **{pair: "modify" for pair in (
+        ("tear", "down"), ("spin", "down"), ("shut", "down"), ("bring", "down"), ("wind", "down"), ("power", "on"), ("power", "off"),
+        ("turn", "on"), ("turn", "off"), ("roll", "out"), ("roll", "back"), ("scale", "up"), ("scale", "down"), ("scale", "out"),
+        ("scale", "in"), ("clean", "up"), ("shut", "off"), ("wipe", "out"), ("cut", "over"), ("fail", "over"), ("hand", "off"),
+    )},
+    **{pair: "read" for pair in (("look", "up"), ("check", "in"), ("find", "out"), ("read", "out"), ("list", "out"))},
+}
+
+
+def phrasal_verb(words: list[str]) -> str | None:
+    """What the first phrasal verb two adjacent ``words`` form does, if any (the words
+    of a tool name: ``mcp__forge__spin_up_preview``)."""
+    for pair in pairwise(words):
+        kind = PHRASAL_VERBS.get(pair)
+        if kind is not None:
+            return kind
+    return None

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .callkinds import READ_VERBS, WRITE_VERBS, CallClass
+from .callkinds import READ_VERBS, WRITE_VERBS, CallClass, phrasal_verb
 from .programs import SQL_MUT_RE, SQL_RO_RE, sql_text_class
 from .shell import classify_chain, file_domain, split_segments
 
@@ -240,6 +240,9 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         if "_".join(words[:2]) in _NAMED_TOOLS:
             mut = _NAMED_TOOLS["_".join(words[:2])]
             return CallClass(mut, None, frozenset(domains), f"tool {base}")
+        phrasal = phrasal_verb(words)
+        if phrasal is not None:
+            return CallClass(phrasal != "read", None, frozenset(domains), f"phrasal verb ({phrasal})")
         if first in ("dry", "preview", "plan") or args.get("dry_run") is True or args.get("dryRun") is True:
             return CallClass(False, None, frozenset(domains), f"{base} (dry run)")
         if first in READ_VERBS:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .callkinds import CREATE_VERBS, MODIFY_VERBS
+from .callkinds import CREATE_VERBS, MODIFY_VERBS, phrasal_verb
 from .commands import split_segments
 
 __all__ = [
@@ -99,7 +99,11 @@ def _creates(tool: str | None, command: str | None, output: str) -> bool:
         for seg in split_segments(command)[:4]:
             words.extend(w.lower() for x in seg[:4] for w in _WORD.findall(x))
     if tool:
-        words.extend(w.lower() for w in _WORD.findall(tool.replace("_", " ")))
+        tool_words = [w.lower() for w in _WORD.findall(tool.replace("_", " "))]
+        phrasal = phrasal_verb(tool_words)
+        if phrasal is not None:
+            return phrasal == "create" or (phrasal == "modify" and bool(_CREATED_WORDS.search(output[:2000])))
+        words.extend(tool_words)
     for w in words:
         if w in CREATE_VERBS:
             return True

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from proxy.core.identifiers import classify_call, classify_command, command_of, is_shell_tool
+from proxy.core.identifiers.evidence import creates
 
 READ_ONLY = [
     "git log --oneline -5",
@@ -205,6 +206,9 @@ def test_domains(cmd: str, domains: set[str]) -> None:
         ("refund_create", {}, True),
         ("kubectl", {"command": "get pods"}, False),
         ("kubectl", {"command": "rollout undo deployment/web"}, True),
+        ("mcp__forge__spin_up_preview", {"branch": "feat/x"}, True),  # a phrasal verb: not "preview"
+        ("tear_down_environment", {"env": "pr-12"}, True),
+        ("look_up_order", {"id": "o_1"}, False),
         ("frobnicate", {}, None),
     ],
 )
@@ -242,3 +246,9 @@ def test_raw_argument_text_and_garbage_never_raise() -> None:
         classify_call("bash", junk)
         classify_command(junk)
         classify_call("weird_tool", junk)
+
+
+def test_a_phrasal_creation_verb_makes_what_its_tool_returns() -> None:
+    assert creates("mcp__forge__spin_up_preview", None, "Preview is live")
+    assert not creates("mcp__forge__tear_down_preview", None, "Preview removed")
+    assert not creates("look_up_order", None, "order o_1: paid")
