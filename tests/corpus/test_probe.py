@@ -13,9 +13,9 @@ from proxy.core.dialects import from_any
 from proxy.core.markers import default_markers
 
 PROBE = Path(__file__).parent / "probe"
-#: Verdicts right, and false alarms, when the floor was last raised (session 39: 82 of 87,
+#: Verdicts right, and false alarms, when the floor was last raised (session 39: 84 of 87,
 #: 3 false alarms of 36 safe transitions).
-AT_LEAST_RIGHT = 82
+AT_LEAST_RIGHT = 84
 AT_MOST_FALSE_ALARMS = 3
 
 

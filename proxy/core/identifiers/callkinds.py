@@ -47,7 +47,7 @@ CREATE_VERBS = frozenset(
 MODIFY_VERBS = frozenset(
     """update modify patch set edit change configure scale restart rename move delete remove destroy
     terminate stop cancel rollback revert reset release unlock disable enable switch promote flip
-    resize rotate replace upgrade downgrade apply migrate""".split()
+    resize rotate replace upgrade downgrade apply migrate seek""".split()
 )
 #: State-changing verbs that are neither creation nor modification verbs above (writing a
 #: file, executing, merging, paying, the editor tools).

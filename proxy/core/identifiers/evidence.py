@@ -282,8 +282,9 @@ _ARROW_AFTER = re.compile(r"^\s*(?:->|→|=>|\.\.\.?(?=[0-9a-fA-F])|\s+to\s+\S)"
 def prior_marked(text: str, start: int, end: int) -> bool:
     """The text marks the value at ``[start:end]`` as the state *before* a change: a prior
     word earlier on its line with no "new/now/to" word after it (``previous image: X``,
-    ``"old_value": X``), the left side of ``X -> Y`` / ``X...Y`` / ``X to Y``, or a block
-    under a header line with a prior word (``Previous offsets (saved):``)."""
+    ``"old_value": X``), the left side of ``X -> Y`` / ``X...Y`` / ``X to Y``, a block
+    under a header line with a prior word (``Previous offsets (saved):``), or a column of
+    a table whose heading is one (``PRIOR-OFFSET``)."""
     ls = text.rfind("\n", 0, start) + 1
     before = text[ls:start]
     if _ARROW_AFTER.match(text[end : end + 48]):
@@ -303,8 +304,19 @@ def prior_marked(text: str, start: int, end: int) -> bool:
             return False
         if line.rstrip().endswith(":"):
             return bool(_PRIOR_HEADER.search(line))
+        if prev_start == 0 or not text[text.rfind("\n", 0, prev_start - 1) + 1 : prev_start - 1].strip():
+            return _prior_column(line, start - ls)  # the first line of the block: a table's heading
         pos = prev_start
     return False
+
+
+def _prior_column(heading: str, col: int) -> bool:
+    """The heading of an aligned table names the column at ``col`` with a prior word."""
+    if col >= len(heading) or heading[col].isspace():
+        return False
+    a = heading.rfind(" ", 0, col) + 1
+    z = heading.find(" ", col)
+    return bool(re.search(_PRIOR_WORD, heading[a : z if z >= 0 else len(heading)]))
 
 
 _PREEXISTING = re.compile(

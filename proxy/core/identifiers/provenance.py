@@ -266,16 +266,21 @@ def _token_start(ident: Identifier) -> int:
     return ident.start
 
 
-def _restated(value: str, output: str) -> bool:
+def _restated(ident: Identifier, output: str) -> bool:
     """The change's own output names the value as a whole token, not as what it was
     before (``Repairing … for version 3`` after a read showed version 3): the subject of
     the change, which it did not replace — as when its arguments name it."""
+    value = ident.value
     if not output or value.lower() not in output.lower():
         return False
+    tok = identifying_token(ident.kind, ident.norm)
+    tail = len(tok[0]) if tok is not None and value.lower().endswith(tok[0]) else len(value)
     rx = re.compile(r"(?<![\w.\-])" + re.escape(value) + r"(?![\w\-])", re.IGNORECASE)
     for m in rx.finditer(output):
-        # the mark stands before the whole token (``previous image: reg/api@sha256:…``)
-        start = max(output.rfind(c, 0, m.start()) for c in " \t\n\"'") + 1
+        # the mark stands before a record's token, and before the whole word holding it
+        # (``previous image: reg/api@sha256:…``)
+        at = m.end() - tail
+        start = max(output.rfind(c, 0, at) for c in " \t\n\"'") + 1
         if not prior_marked(output, start, m.end()):
             return True
     return False
@@ -347,7 +352,7 @@ def _decide(
                 continue
             labelled = identity_label(o.text, o.ident.start)
             for w in _later_writes(r, steps):
-                if _in(value, w.args) or _restated(value, w.output):
+                if _in(value, w.args) or _restated(o.ident, w.output):
                     continue  # what the change names: its target or its new value
                 regions = entity_regions(o.text, w)
                 if regions:

@@ -166,6 +166,28 @@ def test_a_prior_word_marks_a_key_in_any_case_style(text: str, prior: bool) -> N
     assert prior_marked(text, i, i + 7) is prior
 
 
+def test_a_table_column_headed_by_a_prior_word_is_prior_state() -> None:
+    table = "TOPIC   PARTITION  PRIOR-OFFSET  CURRENT-OFFSET\norders  0          1191061       0\n"
+    i = table.index("1191061")
+    assert prior_marked(table, i, i + 7)
+    j = table.index("0\n", i + 7)
+    assert not prior_marked(table, j, j + 1)
+
+
+def test_rpk_seek_keeps_the_offsets_it_moved_from_required() -> None:
+    """``rpk group describe`` then ``rpk group seek``: the offsets before the seek are
+    the rollback target (PRINCIPLES §2b), each bound to its partition (§4) — also in
+    rpk's table, which has no group column."""
+    describe = (
+        "$ rpk group describe billing\nGROUP        billing\nSTATE        Empty\n\n"
+        "TOPIC   PARTITION  CURRENT-OFFSET  LOG-START-OFFSET  LOG-END-OFFSET  LAG\n"
+        "orders  0          1191061         0                 1191783         722\n"
+    )
+    seek = "$ rpk group seek billing --to start --topics orders\nTOPIC   PARTITION  PRIOR-OFFSET  CURRENT-OFFSET\norders  0          1191061       0\n"
+    offsets = [i for i in _snap(("user", describe), ("user", seek)) if i.kind == "kafka_offset" and i.source.message_index == 0]
+    assert [(i.norm, i.why) for i in offsets] == [("orders:0@1191061", "2b")]
+
+
 def test_offsets_a_reset_reports_as_previous_are_prior_state() -> None:
     """An MCP reset tool's JSON names each partition's previous offset: the rollback
     target (PRINCIPLES §2b), bound to its partition (§4); the new offsets are read again."""
