@@ -240,12 +240,19 @@ def _enclosing_object(text: str, pos: int) -> tuple[int, int] | None:
 
 def _entity_regions(text: str, write: Step) -> list[tuple[int, int]]:
     """Objects of a read's output whose identity (a bare ``id``/``name`` key) the later
-    change names in its arguments: the entity the change acts on."""
+    change names in its arguments: the entity the change acts on. An opaque id the change
+    names decides over a readable name that several listed objects share (the record id
+    of one of two records named ``api.acme.io``)."""
+    keys = [k for k in write.keys if not k.startswith("@") and len(k) >= 6]
+    by_id = _regions_named(text, [k for k in keys if has_opaque_part(k)])
+    return by_id or _regions_named(text, [k for k in keys if not has_opaque_part(k)])
+
+
+def _regions_named(text: str, keys: list[str]) -> list[tuple[int, int]]:
+    """Objects holding one of ``keys`` under an identity key."""
     low = text.lower()
     out: list[tuple[int, int]] = []
-    for k in write.keys:
-        if k.startswith("@") or len(k) < 6:
-            continue
+    for k in keys:
         i = low.find(k)
         while i >= 0:
             if identity_label(text, i) or (i > 0 and identity_label(text, i - 1)):
@@ -296,8 +303,10 @@ def _decide(
     steps: Sequence[Step],
     derivable: Callable[[str, tuple[int, int, int]], bool],
     entity_regions: Callable[[str, Step], list[tuple[int, int]]],
+    reassigns: Callable[[Step, str], bool],
 ) -> str:
-    """The rule that decides one value (all its occurrences, in order)."""
+    """The rule that decides one value (all its occurrences, in order). ``reassigns(w,
+    kind)``: the change ``w`` writes a value of ``kind`` into its arguments."""
     if any(o.step is not None and o.step.tool == GATE_NOTE and o.role == _OUT for o in occs):
         return "2*"  # the gate's own note: an earlier judgement found it required
     first = occs[0]
@@ -354,6 +363,12 @@ def _decide(
             for w in _later_writes(r, steps):
                 if _in(value, w.args) or _restated(o.ident, w.output):
                     continue  # what the change names: its target or its new value
+                if klass == "handle" and not reassigns(w, ident.kind):
+                    # an entity's id is no state of it: a handle is prior state only as
+                    # the value of a reference the change points at another of its kind
+                    # (the customer an UPDATE re-points, the target group a listener
+                    # switches to), not because something else changed later
+                    continue
                 regions = entity_regions(o.text, w)
                 if regions:
                     # the read listed entities and the change names one of them: the
@@ -476,10 +491,18 @@ def judge(
             region_cache[key] = _entity_regions(text, write)
         return region_cache[key]
 
+    arg_kinds: dict[int, set[str]] = {}
+    for o in every:
+        if o.role == _ARGS and o.step is not None:
+            arg_kinds.setdefault(id(o.step), set()).add(o.ident.kind)
+
+    def reassigns(write: Step, kind: str) -> bool:
+        return kind in arg_kinds.get(id(write), ())
+
     why: dict[str, str] = {}
     for norm, occs in groups.items():
         occs.sort(key=lambda o: o.order)
-        why[norm] = _decide(occs, cls_of, steps, derivable, entity_regions)
+        why[norm] = _decide(occs, cls_of, steps, derivable, entity_regions, reassigns)
     out: list[Identifier] = []
     for ident in identifiers:
         w = why.get(ident.norm, "-")

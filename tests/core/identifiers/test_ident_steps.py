@@ -4,6 +4,7 @@ matter) and the evidence the provenance rules read around a value."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -235,3 +236,52 @@ def test_a_value_the_change_restates_is_its_subject_not_its_prior_state() -> Non
     why = {i.value: i.why for i in ids if i.source.message_index == 0}
     assert why["1251235302"] == "2b"
     assert why["3"] != "2b" and why["-938692586"] != "2b"
+
+
+def _calls(*steps: tuple[str, dict[str, object], str]) -> list[Any]:
+    """A conversation of tool calls (name, arguments, output), its identifiers judged."""
+    msgs: list[dict[str, object]] = [{"role": "user", "content": "Go."}]
+    for k, (tool, args, out) in enumerate(steps):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"c{k}", "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{k}", "content": out})
+    return list(extract_snapshot(from_openai_chat({"messages": msgs}), cache=None))
+
+
+EVENT = "74953f374922a93017bd36ded5029665"
+OLD_CUS, NEW_CUS = "cus_P5xBm9izHJZWWn", "cus_UkKRHH4c9f2w2d"
+
+
+def test_an_entity_id_read_before_an_unrelated_change_is_no_prior_state() -> None:
+    """An event read, then its issue resolved: the event's id is no state the change
+    replaced (PRINCIPLES §2b is about the value a change re-points), it can be read
+    again (§3a)."""
+    ids = _calls(
+        ("mcp__sentry__get_event", {"issue_id": "4821907"}, json.dumps({"eventID": EVENT, "title": "TypeError"})),
+        ("mcp__sentry__update_issue", {"issue_id": "4821907", "status": "resolved"}, '{"status": "resolved"}'),
+    )
+    assert [i.regenerable for i in ids if i.value == EVENT] == [True]
+
+
+def test_a_reference_a_change_re_points_is_prior_state() -> None:
+    """The billing customer an update replaces with another customer id: the old one is
+    the rollback target (§2b), though it is an entity's id."""
+    ids = _calls(
+        ("get_account", {"id": 5273}, json.dumps({"id": 5273, "billing_customer": OLD_CUS})),
+        ("update_account", {"id": 5273, "billing_customer": NEW_CUS}, '{"updated": 1}'),
+    )
+    assert [i.why for i in ids if i.value == OLD_CUS] == ["2b"]
+
+
+def test_the_id_a_change_names_picks_its_object_over_a_shared_name() -> None:
+    """Two records share the name ``api.acme.io``; the change names one by its id: the
+    other record's id is a sibling, not the state that changed."""
+    rec, other = "b63066e578edbcc82c6d657b70f046ef", "2cd936ec81adafceebd49958293e9f34"
+    listing = json.dumps({"result": [
+        {"id": rec, "name": "api.acme.io", "type": "CNAME", "content": "lb-blue.example.net"},
+        {"id": other, "name": "api.acme.io", "type": "TXT", "content": "owner=platform"},
+    ]}, indent=1)
+    ids = _calls(
+        ("dns_list_records", {"name": "api.acme.io"}, listing),
+        ("dns_update_record", {"record_id": rec, "name": "api.acme.io", "content": "lb-green.example.net", "zone_id": "9c6fe786ebff2edc6684f1feefc9b714"}, '{"success": true}'),
+    )
+    assert all(i.regenerable for i in ids if i.value == other)
