@@ -365,9 +365,10 @@ def _decide(
                     continue  # what the change names: its target or its new value
                 if klass == "handle" and not reassigns(w, ident.kind):
                     # an entity's id is no state of it: a handle is prior state only as
-                    # the value of a reference the change points at another of its kind
-                    # (the customer an UPDATE re-points, the target group a listener
-                    # switches to), not because something else changed later
+                    # the value of a reference the change may re-point (the customer an
+                    # UPDATE replaces with another, the AMI an apply replaces), not when
+                    # the change states values of other kinds only (an issue resolved
+                    # after its events were read)
                     continue
                 regions = entity_regions(o.text, w)
                 if regions:
@@ -493,11 +494,15 @@ def judge(
 
     arg_kinds: dict[int, set[str]] = {}
     for o in every:
-        if o.role == _ARGS and o.step is not None:
+        if o.role == _ARGS and o.step is not None and cls_of(o.ident) not in ("name", "noise"):
             arg_kinds.setdefault(id(o.step), set()).add(o.ident.kind)
 
     def reassigns(write: Step, kind: str) -> bool:
-        return kind in arg_kinds.get(id(write), ())
+        """The change may replace a value of ``kind``: it writes one, or it states no
+        value at all (``terraform apply``, ``kubectl apply -f``: the configuration says
+        what changes, so any state it reads may be what it replaces)."""
+        kinds = arg_kinds.get(id(write))
+        return not kinds or kind in kinds
 
     why: dict[str, str] = {}
     for norm, occs in groups.items():
