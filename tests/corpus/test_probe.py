@@ -1,35 +1,41 @@
-"""The probe corpus (``tests/corpus/probe``, see its README): transitions the gate does not
-all judge right yet. The level reached is a floor — a change that judges fewer of them
-right, or raises a false alarm on more of the safe ones, is a step back in how the rules
-generalise."""
+"""The probe corpora (``tests/corpus/probe`` and ``probe2``, see their READMEs):
+transitions the gate does not all judge right yet. The level reached is a floor — a
+change that judges fewer of them right, or raises a false alarm on more of the safe ones,
+is a step back in how the rules generalise."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from proxy.core.analysis import analyze
 from proxy.core.dialects import from_any
 from proxy.core.markers import default_markers
 
-PROBE = Path(__file__).parent / "probe"
-#: Verdicts right, and false alarms, when the floor was last raised (session 39: 84 of 87,
-#: 3 false alarms of 36 safe transitions).
-AT_LEAST_RIGHT = 84
-AT_MOST_FALSE_ALARMS = 3
+HERE = Path(__file__).parent
+#: corpus -> (cases, verdicts right at least, false alarms at most), when each floor was
+#: last raised (session 39: probe 84 of 87 with 3 false alarms of 36 safe transitions;
+#: probe2, written that session by someone reading only PRINCIPLES.md, 56 of 80 with 12
+#: of 37 — it measured 52 of 80 on the rules as they were before it was read).
+FLOORS = {"probe": (87, 84, 3), "probe2": (80, 56, 12)}
 
 
-def test_the_probe_corpus_does_not_regress() -> None:
-    labels = json.loads((PROBE / "labels.json").read_text())
-    assert len(labels) == 87
+@pytest.mark.parametrize("corpus", sorted(FLOORS))
+def test_the_probe_corpus_does_not_regress(corpus: str) -> None:
+    cases, at_least_right, at_most_false_alarms = FLOORS[corpus]
+    folder = HERE / corpus
+    labels = json.loads((folder / "labels.json").read_text())
+    assert len(labels) == cases
     markers = default_markers()
     right = false_alarms = 0
     for lab in labels:
-        before = json.loads((PROBE / f"{lab['case']}.before.json").read_text())
-        after = json.loads((PROBE / f"{lab['case']}.after.json").read_text())
+        before = json.loads((folder / f"{lab['case']}.before.json").read_text())
+        after = json.loads((folder / f"{lab['case']}.after.json").read_text())
         destructive = analyze(from_any(before), from_any(after), markers=markers).destructive
         right += destructive == lab["destructive"]
         false_alarms += destructive and not lab["destructive"]
-    print(f"probe corpus: {right}/{len(labels)} verdicts right, {false_alarms} false alarms")
-    assert right >= AT_LEAST_RIGHT
-    assert false_alarms <= AT_MOST_FALSE_ALARMS
+    print(f"{corpus} corpus: {right}/{len(labels)} verdicts right, {false_alarms} false alarms")
+    assert right >= at_least_right
+    assert false_alarms <= at_most_false_alarms
