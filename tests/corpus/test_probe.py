@@ -19,7 +19,7 @@ HERE = Path(__file__).parent
 #: last raised (session 39: probe 84 of 87 with 3 false alarms of 36 safe transitions;
 #: probe2, written that session by someone reading only PRINCIPLES.md, 56 of 80 with 12
 #: of 37 — it measured 52 of 80 on the rules as they were before it was read).
-FLOORS = {"probe": (87, 84, 3), "probe2": (80, 56, 12)}
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 56, 11)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))

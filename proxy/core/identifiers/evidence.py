@@ -40,6 +40,7 @@ __all__ = [
     "preexisting_line",
     "prior_marked",
     "reports_failure",
+    "scope_reference",
 ]
 
 # --------------------------------------------------------------------------- state change
@@ -343,3 +344,60 @@ def identity_label(text: str, start: int) -> bool:
     """The value stands under a bare identity key (``"id": …``, ``name=…``, ``arn:``):
     it names the listed entity rather than describing its state."""
     return bool(_ID_LABEL.search(text[max(0, start - 24) : start]))
+
+
+# --------------------------------------------------------------------------- references
+
+#: Nouns of the scope a new resource is placed in, or of the actor that made it (a VPC, a
+#: stack, a project, a bot …): in a creating step's output, an id under such a key names
+#: something that existed before the step, not what it made (PRINCIPLES §2a "a handle to
+#: what that step made", §3b).
+_SCOPE_NOUNS = frozenset(
+    """vpc subnet network stack project account org organization tenant workspace team owner
+    user bot app application experiment namespace cluster zone region bucket vault parent
+    folder channel registry repository repo""".split()
+)
+_ID_WORDS = frozenset("id ids uuid guid arn identifier".split())
+_KEY_BEFORE = re.compile(r"""["']?([A-Za-z][A-Za-z0-9_ .\-]{0,40}?)["']?\s*[:=]\s*["']?$""")
+_KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def _label_of(text: str, start: int) -> str | None:
+    """The key a value stands under (``"StackId": …``, ``bot_id=…``), or the heading of
+    its column in an aligned table (``VPC UUID``)."""
+    ls = text.rfind("\n", 0, start) + 1
+    m = _KEY_BEFORE.search(text[max(ls, start - 48) : start])
+    if m:
+        return m.group(1)
+    # the first line of the block: a table's heading, cut at runs of two spaces
+    pos = ls
+    for _ in range(40):
+        if pos <= 0:
+            break
+        prev = text.rfind("\n", 0, pos - 1) + 1
+        if not text[prev : pos - 1].strip():
+            break
+        pos = prev
+    if pos == ls:
+        return None
+    heading = text[pos : text.find("\n", pos)]
+    col = start - ls
+    if col >= len(heading) or heading[col].isspace():
+        return None
+    a = heading.rfind("  ", 0, col)
+    z = heading.find("  ", col)
+    return heading[a + 2 if a >= 0 else 0 : z if z >= 0 else len(heading)].strip() or None
+
+
+def scope_reference(text: str, start: int, own: frozenset[str]) -> bool:
+    """The value at ``start`` is the id of the scope or actor of an entity (under
+    ``StackId``, ``bot_id``, ``VPC UUID``), and the step's own words (``own``: what it acts
+    on) do not name that noun — ``create-vpc``'s ``VpcId`` is what it made."""
+    label = _label_of(text, start)
+    if not label:
+        return False
+    words = [w.lower() for w in _KEY_WORDS.findall(label)]
+    if len(words) < 2 or words[-1] not in _ID_WORDS:
+        return False
+    noun = words[-2]
+    return noun in _SCOPE_NOUNS and noun not in own

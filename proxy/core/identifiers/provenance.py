@@ -55,6 +55,7 @@ from .evidence import (
     preexisting_line,
     prior_marked,
     reports_failure,
+    scope_reference,
 )
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
 from .normalize import identifying_token
@@ -263,6 +264,16 @@ def _regions_named(text: str, keys: list[str]) -> list[tuple[int, int]]:
     return out
 
 
+_OWN_WORD = re.compile(r"[a-z]+")
+
+
+def _own_words(step: Step) -> frozenset[str]:
+    """The words of what a step acts on: its tool name and its command's words that are
+    no option (``aws ec2 create-vpc`` → aws, ec2, create, vpc; not ``--stack-name``)."""
+    parts = [step.tool or ""] + [t for t in (step.command or "").split() if not t.startswith("-")]
+    return frozenset(w for p in parts for w in _OWN_WORD.findall(p.lower()))
+
+
 def _token_start(ident: Identifier) -> int:
     """Where the identifying token of a record value starts (the offset of ``"partition":
     0, "previous_offset": 7259834``): what marks the record as prior state stands before
@@ -330,6 +341,8 @@ def _decide(
             reason = "3c" if ident.kind == "terraform_address" else "3b"
         elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):
             reason = "3b"
+        elif klass == "handle" and scope_reference(first.text, ident.start, _own_words(st)):
+            reason = "3b"  # the VPC, stack or bot of what it made: that existed before
         elif ident.sensitive and not st.creates:
             # a credential a step printed (a token in its environment) is no handle of
             # what it made; one a login or a create step issued is (PRINCIPLES §4)

@@ -18,6 +18,7 @@ from proxy.core.identifiers.evidence import (
     output_says_changed,
     preexisting_line,
     prior_marked,
+    scope_reference,
 )
 from proxy.core.identifiers.steps import GATE_NOTE, PASTED_OUTPUT, text_steps
 
@@ -285,3 +286,34 @@ def test_the_id_a_change_names_picks_its_object_over_a_shared_name() -> None:
         ("dns_update_record", {"record_id": rec, "name": "api.acme.io", "content": "lb-green.example.net", "zone_id": "9c6fe786ebff2edc6684f1feefc9b714"}, '{"success": true}'),
     )
     assert all(i.regenerable for i in ids if i.value == other)
+
+
+@pytest.mark.parametrize(
+    "text,value,own,scope",
+    [
+        ('{"StackId": "arn:aws:cloudformation:us-east-1:1:stack/web/6f1c", "x": 1}', "arn:", frozenset({"aws", "ec2"}), True),
+        ("ID         VPC UUID                              Name\n3f2a       0c1de9f4-9d0b-4a55-8a0f-6bd02a4b4d51  web", "0c1de9f4", frozenset({"doctl", "compute", "droplet", "create"}), True),
+        ('{"Vpc": {"VpcId": "vpc-0a1b2c3d4e5f60718"}}', "vpc-0a1b", frozenset({"aws", "ec2", "create", "vpc"}), False),
+        ('{"InstanceId": "i-0a1b2c3d4e5f60718"}', "i-0a1b", frozenset({"aws", "ec2", "run", "instances"}), False),
+        ('{"bot_id": "B06TZ7Q9L", "ts": "1"}', "B06TZ", frozenset({"slack", "post"}), True),
+    ],
+)
+def test_a_scope_or_actor_id_is_a_reference_unless_the_step_acts_on_it(text: str, value: str, own: frozenset[str], scope: bool) -> None:
+    """In a creating step's output, the VPC, stack or bot of what it made existed before
+    it (PRINCIPLES §3b); ``create-vpc``'s own ``VpcId`` is what it made (§2a)."""
+    assert scope_reference(text, text.index(value), own) is scope
+
+
+def test_a_create_keeps_its_own_id_and_not_the_vpc_it_was_placed_in() -> None:
+    vpc, inst = "vpc-0c1de9f49d0b4a558", "i-0fa2b3c4d5e6f7081"
+    out = json.dumps({"Instances": [{"InstanceId": inst, "VpcId": vpc, "State": {"Name": "pending"}}]})
+    ids = _calls(("bash", {"command": "aws ec2 run-instances --image-id ami-0abc --count 1"}, out))
+    why = {i.value: (i.regenerable, i.why) for i in ids}
+    assert why[inst] == (False, "2a")
+    assert why[vpc][0] is True
+
+
+def test_the_id_column_of_a_cli_table_is_a_numeric_id() -> None:
+    out = "ID           Name     Public IPv4       Status\n303640093    web-3    164.92.209.154    new\n"
+    ids = _calls(("bash", {"command": "doctl compute droplet create web-3 --size s-1vcpu-1gb --image ubuntu-24-04-x64"}, out))
+    assert [(i.kind, i.regenerable) for i in ids if i.value == "303640093"] == [("numeric_id", False)]
