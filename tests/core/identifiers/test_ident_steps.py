@@ -317,3 +317,13 @@ def test_the_id_column_of_a_cli_table_is_a_numeric_id() -> None:
     out = "ID           Name     Public IPv4       Status\n303640093    web-3    164.92.209.154    new\n"
     ids = _calls(("bash", {"command": "doctl compute droplet create web-3 --size s-1vcpu-1gb --image ubuntu-24-04-x64"}, out))
     assert [(i.kind, i.regenerable) for i in ids if i.value == "303640093"] == [("numeric_id", False)]
+
+
+def test_a_backup_mints_its_snapshot_not_the_parent_a_listing_showed() -> None:
+    """``restic snapshots`` lists the nightly snapshot (a read, §3a); the backup names it as
+    its parent and prints the snapshot it saved (§2a) — a bare 8-hex id after its noun."""
+    listing = "ID        Time                 Host\n------------------------------------\n670ef103  2026-12-06 02:00:14  db-03\n------------------------------------\n1 snapshots"
+    backup = "using parent snapshot 670ef103\nprocessed 21029 files, 48.661 GiB in 4:12\nsnapshot 26afc77b saved"
+    ids = _calls(("bash", {"command": "restic snapshots --latest 1"}, listing), ("bash", {"command": "restic backup /var/lib/postgresql"}, backup))
+    why = {i.value: i.regenerable for i in ids if i.source.message_index in (2, 4)}
+    assert why == {"670ef103": True, "26afc77b": False}
