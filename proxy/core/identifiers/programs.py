@@ -306,6 +306,33 @@ def kafka(prog: str, args: list[str]) -> Seg:
     return ro(prog, "kafka")
 
 
+_REDIS_RO = frozenset(
+    """get mget getrange strlen exists type ttl pttl keys scan sscan hscan zscan dbsize info ping
+    echo time hget hmget hgetall hkeys hvals hlen hexists lrange llen lindex smembers sismember
+    scard srandmember zrange zrevrange zrangebyscore zscore zcard zrank zcount xrange xrevrange
+    xlen xinfo xpending xread monitor slowlog config client memory object debug lastsave role
+    pubsub subscribe psubscribe dump bitcount getbit geopos geodist pfcount""".split()
+)
+_REDIS_APPEND = frozenset({"xadd", "lpush", "rpush", "sadd", "pfadd", "publish", "geoadd"})
+_REDIS_OPTS_WITH_ARG = frozenset({"-h", "-p", "-s", "-a", "-u", "-n", "--user", "--pass", "-r", "-i", "--tls-cert", "--tls-key", "--cacert"})
+
+
+def redis_cli(args: list[str]) -> Seg:
+    """``redis-cli [opts] COMMAND …``: a command outside the read-only set writes (``SET``,
+    ``XADD``, ``XACK``, ``DEL``, ``EXPIRE`` …); ``XREADGROUP`` moves a group's cursor."""
+    pos = positional(args, _REDIS_OPTS_WITH_ARG)
+    if not pos:
+        return unknown("redis-cli", "redis")
+    cmd = pos[0].lower()
+    if cmd in ("config", "client") and len(pos) > 1 and pos[1].lower() in ("set", "kill", "rewrite", "resetstat"):
+        return mut(f"redis-cli {cmd} {pos[1].lower()}", "redis")
+    if cmd in _REDIS_RO:
+        return ro(f"redis-cli {cmd}", "redis")
+    if cmd in _REDIS_APPEND:
+        return mut(f"redis-cli {cmd}", "redis:additive")  # what was read before stays valid
+    return mut(f"redis-cli {cmd}", "redis")
+
+
 def docker(args: list[str], prog: str) -> Seg:
     pos = positional(args)
     sub = pos[0] if pos else ""

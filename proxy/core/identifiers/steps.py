@@ -53,7 +53,8 @@ _MARKERS = re.compile(
             # Cline / XML tool calls in assistant text
             r"<execute_command>\s*<command>(?P<x_cmd>[\s\S]*?)</command>[\s\S]*?</execute_command>",
             # ReAct: "Action: tool\nAction Input: {...}\nObservation:"
-            r"(?m:^)Action:[ \t]*(?P<r_tool>[^\n]+)\nAction Input:[ \t]*(?P<r_args>[^\n]*(?:\n(?!Observation:)[^\n]+)*)\n(?:Observation:[ \t]*)?",
+            # (the observation may come in the next message: the text ends after the input)
+            r"(?m:^)Action:[ \t]*(?P<r_tool>[^\n]+)\nAction Input:[ \t]*(?P<r_args>[^\n]*(?:\n(?!Observation:)[^\n]+)*)(?:\n(?:Observation:[ \t]*)?|\Z)",
             # "Output of `cmd`:" / "Ran `cmd`:" / "`cmd` output:" / "Running `cmd`"
             r"(?i:output of|(?:i )?ran|running|executed|result of)[ \t]+`(?P<o_cmd>[^`\n]+)`[^\n]*\n" + _FENCE,
             r"`(?P<p_cmd>[^`\n]+)`[ \t]+(?:output|printed|returned)[^\n]*\n" + _FENCE,

@@ -10,6 +10,7 @@ import pytest
 
 from proxy.core.dialects import from_openai_chat
 from proxy.core.identifiers import extract_snapshot
+from proxy.core.identifiers.commands import classify_command
 from proxy.core.identifiers.evidence import (
     creates,
     identity_label,
@@ -327,3 +328,41 @@ def test_a_backup_mints_its_snapshot_not_the_parent_a_listing_showed() -> None:
     ids = _calls(("bash", {"command": "restic snapshots --latest 1"}, listing), ("bash", {"command": "restic backup /var/lib/postgresql"}, backup))
     why = {i.value: i.regenerable for i in ids if i.source.message_index in (2, 4)}
     assert why == {"670ef103": True, "26afc77b": False}
+
+
+def _react(*turns: tuple[str, str]) -> list[Any]:
+    """A ReAct trace whose observations come in messages of their own (thought + action,
+    then ``Observation: …``), its identifiers judged."""
+    msgs: list[dict[str, object]] = [{"role": "user", "content": "Go."}]
+    for action, observation in turns:
+        msgs.append({"role": "assistant", "content": f"Thought: next.\nAction: redis-cli\nAction Input: {action}"})
+        msgs.append({"role": "user", "content": f"Observation: {observation}"})
+    return list(extract_snapshot(from_openai_chat({"messages": msgs}), cache=None))
+
+
+def test_an_observation_in_its_own_message_is_the_output_of_the_action_before_it() -> None:
+    """``XADD`` answers the entry id it made, in the next message (PRINCIPLES §2: the role
+    that carries a step's output does not matter; §2a). The group's last-delivered id read
+    before is no state the append replaced: an append leaves what was read valid."""
+    ids = _react(
+        ("XINFO GROUPS jobs:reindex", '1) "name"\n2) "reindexers"\n3) "last-delivered-id"\n4) "1796432544127-0"'),
+        ("XADD jobs:reindex * tenant northwind", '"1796691783380-0"'),
+    )
+    why = {i.value: (i.regenerable, i.why) for i in ids}
+    assert why["1796691783380-0"] == (False, "2a")
+    assert why["1796432544127-0"][0] is True
+
+
+@pytest.mark.parametrize(
+    "command,mutating",
+    [
+        ("redis-cli -h redis-jobs.internal -p 6379 XINFO GROUPS jobs:reindex", False),
+        ("redis-cli XADD jobs:reindex * tenant northwind", True),
+        ("redis-cli -n 2 DEL session:42", True),
+        ("redis-cli --user ops GET feature:flags", False),
+        ("redis-cli CONFIG SET maxmemory 2gb", True),
+        ("redis-cli CONFIG GET maxmemory", False),
+    ],
+)
+def test_redis_cli_commands_read_or_write(command: str, mutating: bool) -> None:
+    assert classify_command(command).mutating is mutating
