@@ -41,17 +41,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from proxy.core.messages import TEXTUAL_KINDS, Message, Snapshot
+from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 
-from .commands import CallClass, classify_call, classify_command, command_of, is_shell_tool
+from .commands import CallClass
 from .evidence import (
-    creates,
     identity_label,
-    is_history,
-    link_keys,
-    output_says_changed,
     preexisting_line,
     prior_marked,
     reports_failure,
@@ -59,7 +55,8 @@ from .evidence import (
 )
 from .model import SYSTEM_INDEX, TOOLS_INDEX, Identifier
 from .normalize import identifying_token
-from .steps import GATE_NOTE, PASTED_OUTPUT, TextStep, text_steps
+from .stepmodel import Step, call_step, join_observations, text_step
+from .steps import GATE_NOTE, TextStep, text_steps
 from .validators import generated_suffix, has_opaque_part
 
 __all__ = ["CallRef", "Step", "judge", "never_required"]
@@ -73,28 +70,6 @@ class CallRef:
     part_index: int
     tool_name: str | None
     cls: CallClass
-
-
-@dataclass(slots=True)
-class Step:
-    """One action and its output (see :mod:`.steps`). ``pos`` orders steps in the
-    conversation; ``args`` / ``output`` are texts; ``keys`` the resources it names."""
-
-    pos: tuple[int, int, int]
-    tool: str | None
-    command: str | None
-    args: str
-    output: str
-    mutating: bool | None
-    keys: frozenset[str]
-    history: bool
-    creates: bool
-    #: The change only appends (``XADD``, ``git commit``): what was read before stays valid.
-    additive: bool = False
-    #: Lower-cased values of the identifiers its output holds (filled during judging).
-    out_values: set[str] = field(default_factory=set)
-    #: Later state-changing steps that link to this one (computed on demand).
-    later: list[Step] | None = None
 
 
 #: Role of an occurrence within its step.
@@ -115,68 +90,6 @@ class _Occ:
 def _order_index(mi: int) -> int:
     # tool definitions and the system prompt precede every message
     return -2 if mi == TOOLS_INDEX else -1 if mi == SYSTEM_INDEX else mi
-
-
-def _mutating(cls_mut: bool | None, output: str) -> bool | None:
-    if cls_mut is not None:
-        return cls_mut
-    return output_says_changed(output)
-
-
-def _additive(cls: CallClass) -> bool:
-    return bool(cls.domains) and all(d.endswith(":additive") for d in cls.domains)
-
-
-def _call_step(mi: int, pi: int, tool: str | None, args: str, cls: CallClass, output: str) -> Step:
-    return Step(
-        pos=(mi, pi, 0),
-        tool=tool,
-        command=cls.command,
-        args=args,
-        output=output,
-        mutating=_mutating(cls.mutating, output),
-        keys=link_keys(tool, cls.command, args, cls.domains),
-        history=is_history(tool, cls.command),
-        creates=creates(tool, cls.command or args[:200], output),
-        additive=_additive(cls),
-    )
-
-
-def _text_step(mi: int, pi: int, text: str, ts: TextStep, observed: str | None = None) -> Step:
-    """The step of a piece of ``text``; ``observed``: its output when another message
-    carries it (a ReAct observation of its own)."""
-    output = text[ts.out_start : ts.out_end] if observed is None else observed
-    args = text[ts.args_start : ts.args_end]
-    command = ts.command
-    if command is None and is_shell_tool(ts.tool):
-        command = command_of(ts.tool, args)  # a ReAct action of a shell tool: its input is the command line
-    if command is not None:
-        cls = classify_command(command)
-    elif ts.tool in (GATE_NOTE, PASTED_OUTPUT):
-        cls = CallClass(None)
-    elif ts.tool is not None and not is_shell_tool(ts.tool):
-        cls = classify_call(ts.tool, args)
-        line = args.strip()
-        if cls.mutating is None and line and "\n" not in line and not line.startswith(("{", "[")) and " " not in ts.tool.strip():
-            # an action named by a program (``Action: redis-cli`` / ``Action Input: XADD …``):
-            # its input is the rest of a command line the classifier may know
-            as_line = classify_command(f"{ts.tool.strip()} {line}")
-            if as_line.mutating is not None:
-                command, cls = as_line.command, as_line
-    else:  # prose: no step ran
-        return Step((mi, pi, ts.out_start), None, None, "", output, None, frozenset(), False, False)
-    return Step(
-        pos=(mi, pi, ts.args_start if ts.args_end > ts.args_start else ts.out_start),
-        tool=ts.tool,
-        command=command,
-        args=args,
-        output=output,
-        mutating=_mutating(cls.mutating, output),
-        keys=link_keys(ts.tool, command, args, cls.domains),
-        history=is_history(ts.tool, command),
-        creates=creates(ts.tool, command, output),
-        additive=_additive(cls),
-    )
 
 
 _COMPONENTS = re.compile(r"[:/@]+")
@@ -414,61 +327,6 @@ def _decide(
     return reason
 
 
-_OBSERVATION = re.compile(r"\s*Observation:[ \t]*")
-
-
-def _observation(m: Message) -> tuple[int, int] | None:
-    """(part, offset of its text) of a message that opens with ``Observation:``."""
-    for pi, p in enumerate(m.parts):
-        if p.kind in TEXTUAL_KINDS and p.kind != "tool_call" and p.text.strip():
-            mo = _OBSERVATION.match(p.text)
-            return (pi, mo.end()) if mo else None
-    return None
-
-
-def _last_action(
-    m: Message, mi: int, pieces: Callable[[int, int], list[tuple[TextStep, Step]]]
-) -> tuple[tuple[int, int], tuple[TextStep, Step]] | None:
-    """The ReAct action a message ends with, if it has no output yet: ((part, piece
-    index), piece)."""
-    for pi in range(len(m.parts) - 1, -1, -1):
-        p = m.parts[pi]
-        if p.kind not in TEXTUAL_KINDS or p.kind == "tool_call" or not p.text.strip():
-            continue
-        got = pieces(mi, pi)
-        if not got:
-            return None
-        ts, s = got[-1]
-        if s.tool in (None, GATE_NOTE, PASTED_OUTPUT) or p.text[ts.out_start : ts.out_end].strip():
-            return None
-        return (pi, len(got) - 1), got[-1]
-    return None
-
-
-def _join_observations(
-    msgs: Sequence[Message],
-    part_text: Callable[[int, int], str],
-    pieces: Callable[[int, int], list[tuple[TextStep, Step]]],
-    parts: dict[tuple[int, int], list[tuple[TextStep, Step]]],
-    steps: list[Step],
-) -> None:
-    """A ReAct action that ends its message and the next message's ``Observation: …`` are
-    one step, as a tool call and its result are: the action's step gets the observation
-    as its output (and is judged by it), the observation's text becomes that output."""
-    for mi in range(1, len(msgs)):
-        obs = _observation(msgs[mi])
-        act = _last_action(msgs[mi - 1], mi - 1, pieces) if obs is not None else None
-        if obs is None or act is None:
-            continue
-        opi, start = obs
-        (api, k), (ts, old) = act
-        text = part_text(mi, opi)
-        joined = _text_step(mi - 1, api, part_text(mi - 1, api), ts, observed=text[start:])
-        parts[(mi - 1, api)][k] = (ts, joined)
-        parts[(mi, opi)] = [(TextStep(start, start, start, len(text), ts.tool, ts.command), joined)]
-        steps[:] = [joined if s is old else s for s in steps]
-
-
 def judge(
     snapshot: Snapshot,
     identifiers: Sequence[Identifier],
@@ -498,7 +356,7 @@ def judge(
         results.setdefault(id(c), []).append(key)
     for c in calls:
         output = "\n".join(part_text(mi, pi) for mi, pi in sorted(results.get(id(c), ())))
-        s = _call_step(c.message_index, c.part_index, c.tool_name, part_text(c.message_index, c.part_index), c.cls, output)
+        s = call_step(c.message_index, c.part_index, c.tool_name, part_text(c.message_index, c.part_index), c.cls, output)
         steps.append(s)
         by_call[(c.message_index, c.part_index)] = s
         for k in results.get(id(c), ()):
@@ -509,7 +367,7 @@ def judge(
         key = (mi, pi)
         if key not in text_parts:
             text = part_text(mi, pi)
-            text_parts[key] = [(ts, _text_step(mi, pi, text, ts)) for ts in text_steps_of(mi, pi, text)]
+            text_parts[key] = [(ts, text_step(mi, pi, text, ts)) for ts in text_steps_of(mi, pi, text)]
             steps.extend(s for _, s in text_parts[key])
         return text_parts[key]
 
@@ -523,7 +381,7 @@ def judge(
                 text_pieces(mi, pi)
 
     # a ReAct action ending its message, observed in the next one: one step
-    _join_observations(msgs, part_text, text_pieces, text_parts, steps)
+    join_observations(msgs, part_text, text_pieces, text_parts, steps)
 
     # ---- occurrences, grouped by value
     groups: dict[str, list[_Occ]] = {}
