@@ -198,9 +198,18 @@ _OWN_WORD = re.compile(r"[a-z]+")
 
 
 def _own_words(step: Step) -> frozenset[str]:
-    """The words of what a step acts on: its tool name and its command's words that are
-    no option (``aws ec2 create-vpc`` → aws, ec2, create, vpc; not ``--stack-name``)."""
-    parts = [step.tool or ""] + [t for t in (step.command or "").split() if not t.startswith("-")]
+    """The words of what a step acts on: its tool name and its command's words before the
+    first option, paths left out (``aws ec2 create-vpc`` → aws, ec2, create, vpc; not
+    ``--stack-name`` nor the ``stack`` of ``--template-body file://stack.yaml``)."""
+    parts = [step.tool or ""]
+    words = True
+    for t in (step.command or "").split():
+        if t in ("|", "||", "&&", ";"):
+            words = True  # the next command of a chain
+        elif t.startswith("-"):
+            words = False
+        elif words and "/" not in t and "." not in t:
+            parts.append(t)
     return frozenset(w for p in parts for w in _OWN_WORD.findall(p.lower()))
 
 

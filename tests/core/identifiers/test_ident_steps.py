@@ -366,3 +366,14 @@ def test_an_observation_in_its_own_message_is_the_output_of_the_action_before_it
 )
 def test_redis_cli_commands_read_or_write(command: str, mutating: bool) -> None:
     assert classify_command(command).mutating is mutating
+
+
+def test_a_change_set_names_the_stack_it_was_made_for_as_a_reference() -> None:
+    """``create-change-set`` makes the change set; the stack it names existed before, though
+    its template file is ``stack.yaml`` (an option's value is not what the step acts on)."""
+    cs = "arn:aws:cloudformation:us-east-1:731294058823:changeSet/add-dlq/143fbe58-49c5-49f9-aa77-f2064ba7d41f"
+    stack = "arn:aws:cloudformation:us-east-1:731294058823:stack/payments-api/8c5c2d1f-389b-47d5-8867-4fcb6455eff7"
+    out = json.dumps({"Id": cs, "StackId": stack}, indent=4)
+    cmd = "cd infra && aws cloudformation create-change-set --stack-name payments-api --change-set-name add-dlq --template-body file://infra/stack.yaml"
+    why = {i.value: i.regenerable for i in _calls(("bash", {"command": cmd}, out))}
+    assert why[cs] is False and why[stack] is True
