@@ -190,6 +190,30 @@ def _noun_domain(words: list[str]) -> str | None:
     return "tool:" + (n[:-1] if n.endswith("s") and not n.endswith("ss") else n)
 
 
+_CODE_KEYS = ("code", "script", "source", "cell", "python", "js", "javascript", "expression")
+_CALLED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
+
+
+def _code_class(code: str) -> bool | None:
+    """What the calls of a code-running tool's code do (PRINCIPLES §2: what ran decides,
+    not the tool's name ``python_exec``): a call named by a state-changing verb and its
+    object (``insertOne``, ``start_run``, ``create_bucket``) writes; code whose calls are
+    otherwise named by read verbs (``get_run``, ``find``, ``countDocuments``, ``print``)
+    reads. A bare verb (``x.update()``, ``set()``, ``s.replace()``: a builtin as often as
+    a change) leaves it unknown, as does code with no verb at all."""
+    reads = bare_write = False
+    for m in _CALLED.finditer(code[:20000]):
+        words = _words(m.group(1))
+        if not words:
+            continue
+        if words[0] in WRITE_VERBS or phrasal_verb(words[:2]) in ("create", "modify"):
+            if len(words) > 1:
+                return True
+            bare_write = True
+        reads = reads or words[0] in READ_VERBS
+    return False if reads and not bare_write else None
+
+
 def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     """Classify a tool call from its name and its argument text (JSON or raw)."""
     name = tool_name or ""
@@ -228,6 +252,13 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     if isinstance(method, str) and method.upper() in ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"):
         ro = method.upper() in ("GET", "HEAD", "OPTIONS")
         return CallClass(not ro, None, frozenset(domains | {"http"}), f"{base} {method.upper()}")
+    # code-running tools: {"code": "mlflow.get_run(…)"}, {"script": "db.x.insertOne(…)"}
+    for k in _CODE_KEYS:
+        v = args.get(k)
+        if isinstance(v, str) and "(" in v:
+            mut = _code_class(v)
+            if mut is not None:
+                return CallClass(mut, None, frozenset(domains), f"{base} code ({'writes' if mut else 'reads'})")
     # a nested command for CLI-wrapping tools: {"command": "get pods"} on a tool named kubectl
     cmd = args.get("command") or args.get("args")
     if isinstance(cmd, str) and low in ("kubectl", "git", "terraform", "aws", "helm", "alembic", "stripe", "docker", "psql"):

@@ -10,7 +10,7 @@ import pytest
 
 from proxy.core.dialects import from_openai_chat
 from proxy.core.identifiers import extract_snapshot
-from proxy.core.identifiers.commands import classify_command
+from proxy.core.identifiers.commands import classify_call, classify_command
 from proxy.core.identifiers.evidence import (
     creates,
     identity_label,
@@ -377,3 +377,19 @@ def test_a_change_set_names_the_stack_it_was_made_for_as_a_reference() -> None:
     cmd = "cd infra && aws cloudformation create-change-set --stack-name payments-api --change-set-name add-dlq --template-body file://infra/stack.yaml"
     why = {i.value: i.regenerable for i in _calls(("bash", {"command": cmd}, out))}
     assert why[cs] is False and why[stack] is True
+
+
+@pytest.mark.parametrize(
+    "tool,args,mutating",
+    [
+        ("python_exec", {"code": "exp = mlflow.get_experiment_by_name('churn-v3')\nprint(exp.experiment_id)"}, False),
+        ("python_exec", {"code": "with mlflow.start_run(run_name='x') as run:\n    mlflow.log_metrics(m)"}, True),
+        ("mongosh_eval", {"db": "notify", "script": "db.templates.find({name: /winter/i}).toArray()"}, False),
+        ("mongosh_eval", {"db": "notify", "script": "db.campaigns.insertOne({name: 'Winter'})"}, True),
+        # a bare verb is a builtin as often as a change: the tool's name decides, as before
+        ("python_exec", {"code": "seen = set(); print(seen)"}, True),
+    ],
+)
+def test_a_code_running_tool_does_what_its_code_calls(tool: str, args: dict[str, str], mutating: bool) -> None:
+    """``python_exec`` names no verb of what ran; the calls of its code do (PRINCIPLES §2)."""
+    assert classify_call(tool, json.dumps(args)).mutating is mutating
