@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-__all__ = ["CREATE_VERBS", "MODIFY_VERBS", "PHRASAL_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass", "phrasal_verb"]
+__all__ = ["APPEND_VERBS", "CREATE_VERBS", "MODIFY_VERBS", "PHRASAL_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass", "phrasal_verb"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,11 @@ _OTHER_WRITE_VERBS = frozenset(
 #: Every state-changing verb: those, and the creation and modification verbs that are not
 #: read verbs too (``open`` a file, ``export`` a report read).
 WRITE_VERBS = _OTHER_WRITE_VERBS | ((CREATE_VERBS | MODIFY_VERBS) - set(READ_VERBS) - {"export"})
+
+#: Verbs of a change that only adds to a collection (a document inserted, an entry
+#: appended, a job enqueued): what was read before it stays valid, so it makes no prior
+#: state (PRINCIPLES §2b is about a value a change replaced).
+APPEND_VERBS = frozenset({"add", "insert", "append", "enqueue"})
 
 #: Phrasal verbs — a verb and its particle, which together mean something else than the
 #: verb (``spin_up_preview`` makes an environment, ``look_up_order`` reads one): what each

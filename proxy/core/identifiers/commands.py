@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .callkinds import READ_VERBS, WRITE_VERBS, CallClass, phrasal_verb
+from .callkinds import APPEND_VERBS, READ_VERBS, WRITE_VERBS, CallClass, phrasal_verb
 from .programs import SQL_MUT_RE, SQL_RO_RE, sql_text_class
 from .shell import classify_chain, file_domain, split_segments
 
@@ -194,13 +194,14 @@ _CODE_KEYS = ("code", "script", "source", "cell", "python", "js", "javascript", 
 _CALLED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
 
 
-def _code_class(code: str) -> bool | None:
+def _code_verb(code: str) -> str | None:
     """What the calls of a code-running tool's code do (PRINCIPLES §2: what ran decides,
-    not the tool's name ``python_exec``): a call named by a state-changing verb and its
-    object (``insertOne``, ``start_run``, ``create_bucket``) writes; code whose calls are
-    otherwise named by read verbs (``get_run``, ``find``, ``countDocuments``, ``print``)
-    reads. A bare verb (``x.update()``, ``set()``, ``s.replace()``: a builtin as often as
-    a change) leaves it unknown, as does code with no verb at all."""
+    not the tool's name ``python_exec``): the verb of its first call named by a
+    state-changing verb and its object (``insertOne`` → insert, ``start_run`` → start);
+    ``"read"`` for code whose calls are otherwise named by read verbs (``get_run``,
+    ``find``, ``countDocuments``, ``print``). A bare verb (``x.update()``, ``set()``,
+    ``s.replace()``: a builtin as often as a change) leaves it unknown (``None``), as does
+    code with no verb at all."""
     reads = bare_write = False
     for m in _CALLED.finditer(code[:20000]):
         words = _words(m.group(1))
@@ -208,10 +209,16 @@ def _code_class(code: str) -> bool | None:
             continue
         if words[0] in WRITE_VERBS or phrasal_verb(words[:2]) in ("create", "modify"):
             if len(words) > 1:
-                return True
+                return words[0]
             bare_write = True
         reads = reads or words[0] in READ_VERBS
-    return False if reads and not bare_write else None
+    return "read" if reads and not bare_write else None
+
+
+def _appending(domains: Iterable[str], verb: str) -> frozenset[str]:
+    """A change named by an append verb touches its domains only additively (as ``git
+    commit`` does ``git:additive``): it links to no read before it."""
+    return frozenset(f"{d}:additive" for d in domains) if verb in APPEND_VERBS else frozenset(domains)
 
 
 def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
@@ -256,9 +263,9 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     for k in _CODE_KEYS:
         v = args.get(k)
         if isinstance(v, str) and "(" in v:
-            mut = _code_class(v)
-            if mut is not None:
-                return CallClass(mut, None, frozenset(domains), f"{base} code ({'writes' if mut else 'reads'})")
+            verb = _code_verb(v)
+            if verb is not None:
+                return CallClass(verb != "read", None, _appending(domains, verb), f"{base} code ({verb})")
     # a nested command for CLI-wrapping tools: {"command": "get pods"} on a tool named kubectl
     cmd = args.get("command") or args.get("args")
     if isinstance(cmd, str) and low in ("kubectl", "git", "terraform", "aws", "helm", "alembic", "stripe", "docker", "psql"):
@@ -279,7 +286,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         if first in READ_VERBS:
             return CallClass(False, None, frozenset(domains), f"verb {first}_")
         if first in WRITE_VERBS:
-            return CallClass(True, None, frozenset(domains), f"verb {first}_")
+            return CallClass(True, None, _appending(domains, first), f"verb {first}_")
         # verb last: "refund_create", "deployment_rollback"
         last = words[-1]
         if last in WRITE_VERBS and last not in ("log", "test"):

@@ -393,3 +393,17 @@ def test_a_change_set_names_the_stack_it_was_made_for_as_a_reference() -> None:
 def test_a_code_running_tool_does_what_its_code_calls(tool: str, args: dict[str, str], mutating: bool) -> None:
     """``python_exec`` names no verb of what ran; the calls of its code do (PRINCIPLES §2)."""
     assert classify_call(tool, json.dumps(args)).mutating is mutating
+
+
+def test_an_insert_mints_its_document_and_leaves_what_was_read_valid() -> None:
+    """``insertOne`` adds a document (its ``insertedId`` exists nowhere else, §2a); the
+    templates a find listed before are no state it replaced (an append verb: §2b)."""
+    listing = "[\n  { _id: ObjectId('aab4da68d9e46125ece0fb28'), name: 'winter-sale-2025' },\n  { _id: ObjectId('c7a95b520d3804ec17fdbe0e'), name: 'winter-sale-2025-de' }\n]"
+    insert = "db.campaigns.insertOne({name: 'Winter', templateId: ObjectId('aab4da68d9e46125ece0fb28')})"
+    ids = _calls(
+        ("mongosh_eval", {"db": "notify", "script": "db.templates.find({name: /winter/i}).toArray()"}, listing),
+        ("mongosh_eval", {"db": "notify", "script": insert}, "{\n  acknowledged: true,\n  insertedId: ObjectId('2be644344f286c70945f40db')\n}"),
+    )
+    why = {i.value: i.regenerable for i in ids}
+    assert why["2be644344f286c70945f40db"] is False
+    assert why["c7a95b520d3804ec17fdbe0e"] is True
