@@ -221,6 +221,24 @@ def _appending(domains: Iterable[str], verb: str) -> frozenset[str]:
     return frozenset(f"{d}:additive" for d in domains) if verb in APPEND_VERBS else frozenset(domains)
 
 
+#: Words of a tool's name that say it wraps a program, not which one.
+_WRAPPER_WORDS = frozenset({"cli", "tool", "run", "exec", "execute", "command", "cmd", "mcp", "wrapper", "invoke", "call"})
+
+
+def _wrapped_command(words: list[str], cmd: str) -> CallClass | None:
+    """The class of a CLI-wrapping tool's command: ``{"command": "get pods"}`` on a tool
+    named ``kubectl`` (or ``aws_cli``, ``run_kubectl``) runs ``kubectl get pods`` — if
+    the shell classifier knows that program's words."""
+    first = cmd.split()[0].rsplit("/", 1)[-1]
+    for w in words:
+        if w in _WRAPPER_WORDS:
+            continue
+        c = classify_command(cmd if first == w else f"{w} {cmd}")
+        if c.mutating is not None:
+            return c
+    return None
+
+
 def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     """Classify a tool call from its name and its argument text (JSON or raw)."""
     name = tool_name or ""
@@ -267,9 +285,12 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
             if verb is not None:
                 return CallClass(verb != "read", None, _appending(domains, verb), f"{base} code ({verb})")
     # a nested command for CLI-wrapping tools: {"command": "get pods"} on a tool named kubectl
+    # (or named after one: {"command": "kms create-key …"} on ``aws_cli``, ``run_kubectl``)
     cmd = args.get("command") or args.get("args")
-    if isinstance(cmd, str) and low in ("kubectl", "git", "terraform", "aws", "helm", "alembic", "stripe", "docker", "psql"):
-        return classify_command(f"{low} {cmd}")
+    if isinstance(cmd, str) and cmd.strip():
+        wrapped = _wrapped_command(words or [low], cmd.strip())
+        if wrapped is not None:
+            return wrapped
     if low in _NAMED_TOOLS:
         mut = _NAMED_TOOLS[low]
         return CallClass(mut, None, frozenset(domains | {"fs"} if low not in ("websearch", "webfetch", "web_search", "web_fetch", "task", "think", "ask_followup_question") else domains), f"tool {base}")

@@ -407,3 +407,17 @@ def test_an_insert_mints_its_document_and_leaves_what_was_read_valid() -> None:
     why = {i.value: i.regenerable for i in ids}
     assert why["2be644344f286c70945f40db"] is False
     assert why["c7a95b520d3804ec17fdbe0e"] is True
+
+
+@pytest.mark.parametrize(
+    "tool,command,reason",
+    [
+        ("aws_cli", "kms create-key --key-usage ENCRYPT_DECRYPT", "aws kms create-key"),
+        ("aws_cli", "kms list-aliases --output text", "aws kms list-aliases"),
+        ("kubectl", "get pods -n web", "kubectl get"),
+        ("run_kubectl", "kubectl delete pod web-1", "kubectl delete"),
+    ],
+)
+def test_a_tool_named_after_a_cli_runs_that_cli(tool: str, command: str, reason: str) -> None:
+    """``aws_cli`` with ``{"command": "kms create-key …"}`` runs ``aws kms create-key``."""
+    assert classify_call(tool, json.dumps({"command": command})).reason == reason
