@@ -333,6 +333,27 @@ def redis_cli(args: list[str]) -> Seg:
     return mut(f"redis-cli {cmd}", "redis")
 
 
+_CELERY_RO = frozenset({"inspect", "status", "report", "events", "result", "graph", "list", "shell", "help", "worker", "beat", "flower"})
+_CELERY_OPTS_WITH_ARG = frozenset({"-A", "--app", "-b", "--broker", "--result-backend", "--loader", "--config", "--workdir", "-C", "-Q", "--queue", "--destination", "-d", "-t", "--timeout"})
+
+
+def celery(args: list[str]) -> Seg:
+    """``celery -A app call task`` sends a task (its id is what it made), ``control
+    revoke|shutdown|…`` and ``purge`` change the cluster; ``inspect``, ``status``,
+    ``result`` read (``worker`` and ``beat`` run the service, they change nothing)."""
+    pos = positional(args, _CELERY_OPTS_WITH_ARG)
+    sub = pos[0] if pos else ""
+    if sub == "call":
+        return mut("celery call", "celery:additive")  # one more task: the others stay as read
+    if sub in ("purge", "migrate", "upgrade", "amqp"):
+        return mut(f"celery {sub}", "celery")
+    if sub == "control":
+        return mut(f"celery control {' '.join(pos[1:2])}".strip(), "celery")
+    if sub in _CELERY_RO:
+        return ro(f"celery {sub}", "celery")
+    return unknown(f"celery {sub}".strip(), "celery")
+
+
 def docker(args: list[str], prog: str) -> Seg:
     pos = positional(args)
     sub = pos[0] if pos else ""

@@ -243,6 +243,8 @@ def _dispatch(prog: str, args: list[str], raw: str) -> Seg:
         return rules.stripe(args)
     if prog.startswith("kafka-") or prog in ("kcat", "kafkacat"):
         return rules.kafka(prog.removesuffix(".sh"), args)
+    if prog == "celery":
+        return rules.celery(args)
     if prog in ("redis-cli", "valkey-cli", "keydb-cli"):
         return rules.redis_cli(args)
     if prog in ("docker", "podman", "nerdctl", "docker-compose"):

@@ -421,3 +421,14 @@ def test_an_insert_mints_its_document_and_leaves_what_was_read_valid() -> None:
 def test_a_tool_named_after_a_cli_runs_that_cli(tool: str, command: str, reason: str) -> None:
     """``aws_cli`` with ``{"command": "kms create-key …"}`` runs ``aws kms create-key``."""
     assert classify_call(tool, json.dumps({"command": command})).reason == reason
+
+
+def test_a_celery_call_mints_its_task_and_leaves_the_active_tasks_as_read() -> None:
+    active = "adb4d96b-0f06-4f63-8f1c-c6cf49a30dad\tacme.tasks.billing.close_period\t1796637203.918"
+    ids = _calls(
+        ("terminal", {"cmd": "celery -A acme.worker inspect active --json | jq -r '.[][] | [.id, .name] | @tsv'"}, active),
+        ("terminal", {"cmd": "celery -A acme.worker call acme.tasks.search.rebuild_index --queue search"}, "bd907fda-043b-44ea-9841-d79789bc7598"),
+    )
+    why = {i.value: i.regenerable for i in ids}
+    assert why == {"adb4d96b-0f06-4f63-8f1c-c6cf49a30dad": True, "bd907fda-043b-44ea-9841-d79789bc7598": False}
+    assert classify_command("celery -A acme.worker control revoke bd907fda").mutating is True
