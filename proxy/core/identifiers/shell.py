@@ -106,7 +106,8 @@ def _redirect_targets(words: list[str]) -> frozenset[str]:
 
 #: Flags that say a command only looks (PRINCIPLES §3a) or acts (§2a), whatever the tool.
 _RO_FLAGS = frozenset({"--dry-run", "--dryrun", "--what-if", "--whatif", "--noop", "--check", "--plan", "--diff", "--validate-only"})
-_RW_FLAGS = frozenset({"--execute", "--apply", "--async", "--force", "--yes", "-y", "--confirm", "--commit", "--approve", "--auto-approve", "--no-dry-run"})
+_ASYNC_FLAGS = frozenset({"--async", "--nosync", "--no-wait", "--no_wait", "--background"})
+_RW_FLAGS = frozenset({"--execute", "--apply", "--force", "--yes", "-y", "--confirm", "--commit", "--approve", "--auto-approve", "--no-dry-run"})
 #: Read verbs that decide a command even after a noun that is also a verb (``gh run list``).
 _STRICT_READ = frozenset(
     """get list ls describe show status view info inspect cat logs log history search query watch
@@ -143,6 +144,9 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
             if verbs:
                 return Seg(False, seg.domains, f"{seg.reason} (code {verbs[0]})")
     words += [w.lower() for a in positional(args)[:3] for w in _CLI_SPLIT.split(a) if w and "/" not in a and "=" not in a]
+    if flags & _ASYNC_FLAGS:
+        # run in the background: even a query starts a job, and its id is what it made
+        return Seg(True, seg.domains, f"{seg.reason} (async)")
     if any(w in _STRICT_READ for w in words):
         return Seg(False, seg.domains, f"{seg.reason} (verb)")
     if flags & _RW_FLAGS:

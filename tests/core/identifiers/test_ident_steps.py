@@ -432,3 +432,16 @@ def test_a_celery_call_mints_its_task_and_leaves_the_active_tasks_as_read() -> N
     why = {i.value: i.regenerable for i in ids}
     assert why == {"adb4d96b-0f06-4f63-8f1c-c6cf49a30dad": True, "bd907fda-043b-44ea-9841-d79789bc7598": False}
     assert classify_command("celery -A acme.worker control revoke bd907fda").mutating is True
+
+
+@pytest.mark.parametrize(
+    "command,mutating",
+    [
+        ("bq --location=EU query --nosync --use_legacy_sql=false < sql/backfill.sql", True),
+        ("bq query --use_legacy_sql=false 'SELECT 1'", False),
+        ("acmectl report list --async", True),
+    ],
+)
+def test_a_command_run_in_the_background_starts_a_job(command: str, mutating: bool) -> None:
+    """``--nosync``/``--async``: even a query starts a job whose id is what it made (§2a)."""
+    assert classify_command(command).mutating is mutating
