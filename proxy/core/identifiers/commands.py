@@ -190,6 +190,9 @@ def _noun_domain(words: list[str]) -> str | None:
     return "tool:" + (n[:-1] if n.endswith("s") and not n.endswith("ss") else n)
 
 
+#: A GraphQL document's operation: ``mutation …``, ``query …`` or a bare selection set
+#: ``{ … }`` (a query); a subscription reads.
+_GRAPHQL_OP = re.compile(r"\s*(?:#[^\n]*\n\s*)*(?:(mutation|query|subscription)\b[^{]*\{|(\{)\s*[A-Za-z_])")
 _CODE_KEYS = ("code", "script", "source", "cell", "python", "js", "javascript", "expression")
 _CALLED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
 
@@ -272,6 +275,14 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         if isinstance(v, str) and (SQL_MUT_RE.search(v) or SQL_RO_RE.search(v)):
             seg = sql_text_class(v, base)
             return CallClass(seg.mutating, None, frozenset(domains | {"db"}), seg.reason)
+    # GraphQL-carrying tools: an operation is a mutation or a query
+    for k in ("query", "document", "graphql", "operation"):
+        v = args.get(k)
+        if isinstance(v, str):
+            op = _GRAPHQL_OP.match(v)
+            if op:
+                mutation = op.group(1) == "mutation"
+                return CallClass(mutation, None, frozenset(domains | {"graphql"}), f"{base} GraphQL {'mutation' if mutation else 'query'}")
     # HTTP-carrying tools
     method = args.get("method")
     if isinstance(method, str) and method.upper() in ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"):

@@ -445,3 +445,16 @@ def test_a_celery_call_mints_its_task_and_leaves_the_active_tasks_as_read() -> N
 def test_a_command_run_in_the_background_starts_a_job(command: str, mutating: bool) -> None:
     """``--nosync``/``--async``: even a query starts a job whose id is what it made (§2a)."""
     assert classify_command(command).mutating is mutating
+
+
+@pytest.mark.parametrize(
+    "query,mutating",
+    [
+        ("mutation($input: ProductInput!) { productCreate(input: $input) { product { id } } }", True),
+        ("{ locations(first: 5) { nodes { id name } } }", False),
+        ("query Shop { shop { name } }", False),
+        ("# refresh\nmutation { inventorySetQuantities(input: {}) { userErrors { message } } }", True),
+    ],
+)
+def test_a_graphql_tool_reads_a_query_and_writes_a_mutation(query: str, mutating: bool) -> None:
+    assert classify_call("shopify_graphql", json.dumps({"query": query})).mutating is mutating
