@@ -254,6 +254,7 @@ def _decide(
     derivable: Callable[[str, tuple[int, int, int]], bool],
     entity_regions: Callable[[str, Step], list[tuple[int, int]]],
     reassigns: Callable[[Step, str], bool],
+    superseded: Callable[[_Occ], bool],
 ) -> str:
     """The rule that decides one value (all its occurrences, in order). ``reassigns(w,
     kind)``: the change ``w`` writes a value of ``kind`` into its arguments."""
@@ -309,7 +310,7 @@ def _decide(
             r = o.step
             if r.mutating is True and prior_marked(o.text, _token_start(o.ident), o.ident.end):
                 return "2b"
-            if r.history or _in(value, r.args):
+            if r.history or _in(value, r.args) or (klass == "version" and superseded(o)):
                 continue
             labelled = identity_label(o.text, o.ident.start)
             for w in _later_writes(r, steps):
@@ -459,10 +460,25 @@ def judge(
         kinds = arg_kinds.get(id(write))
         return not kinds or kind in kinds
 
+    last_listed: dict[tuple[int, int, str], int] = {}
+    for o in every:
+        if o.role == _OUT:
+            where = (o.ident.source.message_index, o.ident.source.part_index, o.ident.kind)
+            last_listed[where] = max(last_listed.get(where, -1), o.ident.start)
+
+    def superseded(o: _Occ) -> bool:
+        """A migration a listing shows before a later one of its kind (``showmigrations``,
+        ``flyway info``): history of the schema, not its state — the last one applied is
+        what a migration moves from (PRINCIPLES §2b, §3d)."""
+        if o.step is None or "@db:migrate" not in o.step.keys:
+            return False
+        src = o.ident.source
+        return last_listed.get((src.message_index, src.part_index, o.ident.kind), -1) > o.ident.start
+
     why: dict[str, str] = {}
     for norm, occs in groups.items():
         occs.sort(key=lambda o: o.order)
-        why[norm] = _decide(occs, cls_of, steps, derivable, entity_regions, reassigns)
+        why[norm] = _decide(occs, cls_of, steps, derivable, entity_regions, reassigns, superseded)
     out: list[Identifier] = []
     for ident in identifiers:
         w = why.get(ident.norm, "-")

@@ -458,3 +458,16 @@ def test_a_command_run_in_the_background_starts_a_job(command: str, mutating: bo
 )
 def test_a_graphql_tool_reads_a_query_and_writes_a_mutation(query: str, mutating: bool) -> None:
     assert classify_call("shopify_graphql", json.dumps({"query": query})).mutating is mutating
+
+
+def test_a_migration_listing_is_history_but_its_last_applied_is_state() -> None:
+    """``showmigrations`` then ``migrate``: the migration applied last is what the change
+    moves from (§2b); the ones listed before it are the schema's history (§3d)."""
+    listing = "billing\n [X] 0001_initial\n [X] 0041_invoice_customer_ref_idx\n [X] 0042_invoice_due_date\n"
+    ids = _calls(
+        ("bash", {"command": "python manage.py showmigrations billing"}, listing),
+        ("bash", {"command": "python manage.py migrate billing"}, "Running migrations:\n  Applying billing.0043_invoice_tax_region... OK\n"),
+    )
+    why = {i.value: i.why for i in ids if i.source.message_index == 2}
+    assert why["0042_invoice_due_date"] == "2b"
+    assert why["0001_initial"] != "2b" and why["0041_invoice_customer_ref_idx"] != "2b"
