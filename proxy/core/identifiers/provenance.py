@@ -316,12 +316,13 @@ def _decide(
             for w in _later_writes(r, steps):
                 if _in(value, w.args) or _restated(o.ident, w.output):
                     continue  # what the change names: its target or its new value
-                if klass == "handle" and not reassigns(w, ident.kind):
+                if klass in ("handle", "version") and not reassigns(w, ident.kind):
                     # an entity's id is no state of it: a handle is prior state only as
                     # the value of a reference the change may re-point (the customer an
                     # UPDATE replaces with another, the AMI an apply replaces), not when
                     # the change states values of other kinds only (an issue resolved
-                    # after its events were read)
+                    # after its events were read); so is a version (the release an event
+                    # was seen in is no version that resolving the issue moves from)
                     continue
                 regions = entity_regions(o.text, w)
                 if regions:

@@ -471,3 +471,21 @@ def test_a_migration_listing_is_history_but_its_last_applied_is_state() -> None:
     why = {i.value: i.why for i in ids if i.source.message_index == 2}
     assert why["0042_invoice_due_date"] == "2b"
     assert why["0001_initial"] != "2b" and why["0041_invoice_customer_ref_idx"] != "2b"
+
+
+def test_a_version_is_prior_state_only_of_a_change_that_may_move_it() -> None:
+    """The release an event was seen in, then its issue resolved: no version the change
+    moves from (§2b needs a change that may re-point a value of its kind). A reset to
+    another commit moves the branch from the sha read before it."""
+    release, head, target = "b04c9f8cb94c6dc8d9221e5d0403791def6051a2", "4c1e0f7a9b2d3e5f60718293a4b5c6d7e8f90123", "9f8e7d6c5b4a39281706f5e4d3c2b1a098765432"
+    ids = _calls(
+        ("mcp__sentry__get_event", {"issue_id": "7952506382", "event": "latest"}, json.dumps({"eventID": "5a58ee3636598748b8818de005b2dcc4", "release": release})),
+        ("mcp__sentry__update_issue", {"issue_id": "7952506382", "status": "resolved"}, '{"status": "resolved"}'),
+    )
+    assert [i.why for i in ids if i.value == release] != ["2b"]
+    assert all(i.regenerable for i in ids if i.value == release)
+    ids = _calls(
+        ("bash", {"command": "git rev-parse HEAD"}, head),
+        ("bash", {"command": f"git reset --hard {target}"}, f"HEAD is now at {target[:7]} fix"),
+    )
+    assert [i.why for i in ids if i.value == head] == ["2b"]
