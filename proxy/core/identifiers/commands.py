@@ -218,10 +218,10 @@ def _code_verb(code: str) -> str | None:
     return "read" if reads and not bare_write else None
 
 
-def _appending(domains: Iterable[str], verb: str) -> frozenset[str]:
-    """A change named by an append verb touches its domains only additively (as ``git
-    commit`` does ``git:additive``): it links to no read before it."""
-    return frozenset(f"{d}:additive" for d in domains) if verb in APPEND_VERBS else frozenset(domains)
+def _appending(domains: Iterable[str], adds: bool) -> frozenset[str]:
+    """The domains of a change; one that only adds (an append verb, an ``INSERT``) touches
+    them additively (as ``git commit`` does ``git:additive``): it links to no read before it."""
+    return frozenset(f"{d}:additive" for d in domains) if adds else frozenset(domains)
 
 
 #: Words of a tool's name that say it wraps a program, not which one.
@@ -274,7 +274,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         v = args.get(k)
         if isinstance(v, str) and (SQL_MUT_RE.search(v) or SQL_RO_RE.search(v)):
             seg = sql_text_class(v, base)
-            return CallClass(seg.mutating, None, frozenset(domains | {"db"}), seg.reason)
+            return CallClass(seg.mutating, None, _appending(domains | {"db"}, "db:additive" in seg.domains), seg.reason)
     # GraphQL-carrying tools: an operation is a mutation or a query
     for k in ("query", "document", "graphql", "operation"):
         v = args.get(k)
@@ -294,7 +294,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         if isinstance(v, str) and "(" in v:
             verb = _code_verb(v)
             if verb is not None:
-                return CallClass(verb != "read", None, _appending(domains, verb), f"{base} code ({verb})")
+                return CallClass(verb != "read", None, _appending(domains, verb in APPEND_VERBS), f"{base} code ({verb})")
     # a nested command for CLI-wrapping tools: {"command": "get pods"} on a tool named kubectl
     # (or named after one: {"command": "kms create-key …"} on ``aws_cli``, ``run_kubectl``)
     cmd = args.get("command") or args.get("args")
@@ -318,7 +318,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         if first in READ_VERBS:
             return CallClass(False, None, frozenset(domains), f"verb {first}_")
         if first in WRITE_VERBS:
-            return CallClass(True, None, _appending(domains, first), f"verb {first}_")
+            return CallClass(True, None, _appending(domains, first in APPEND_VERBS), f"verb {first}_")
         # verb last: "refund_create", "deployment_rollback"
         last = words[-1]
         if last in WRITE_VERBS and last not in ("log", "test"):

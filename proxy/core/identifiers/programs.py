@@ -79,7 +79,7 @@ _DJANGO_RO = frozenset({"showmigrations", "sqlmigrate", "check", "inspectdb", "d
 _DJANGO_MUT = frozenset({"migrate", "makemigrations", "squashmigrations", "flush", "loaddata", "createsuperuser", "changepassword", "collectstatic", "shell", "dbshell", "startapp", "sqlflush"})
 
 SQL_MUT_RE = re.compile(
-    r"\b(?:insert\s+into|update\s+\w[\w.\"]*\s+set|delete\s+from|create\s+(?:table|index|unique|database|schema|role|user|view|extension|sequence|function|trigger|type|materialized)|"
+    r"\b(?:insert\s+into|update\s+\w[\w.\"]*\s+set|delete\s+from|create\s+(?:or\s+replace\s+)?(?:table|index|unique|database|schema|role|user|view|extension|sequence|function|trigger|type|materialized|publication|subscription|policy|domain|procedure|event|rule|server|tablespace|aggregate|collation|statistics|temp|temporary)|"
     r"drop\s+\w+|alter\s+\w+|truncate\b|grant\b|revoke\b|merge\s+into|upsert\b|copy\s+\S+\s+from|vacuum\b|reindex\b|cluster\b|"
     r"pg_terminate_backend|pg_drop_replication_slot|pg_create_\w+|set\s+(?:global|persist)|reset\s+master|purge\s+binary|"
     r"change\s+(?:master|replication)|start\s+(?:slave|replica)|stop\s+(?:slave|replica)|call\s+\w+|do\s+\$\$|begin\b[\s\S]*?\bcommit\b)",
@@ -215,8 +215,18 @@ def terraform(args: list[str], prog: str) -> Seg:
     return unknown(f"{prog} {sub}", "terraform")
 
 
+#: A statement that only adds (a row inserted, an object created — not replaced — or a
+#: replication slot made by ``pg_create_…``): what was read before it stays valid.
+_SQL_ADDS = re.compile(r"\s*(?:insert\s+into\b|create\s+(?!or\s+replace\b)|select\s+(?:\*\s+from\s+)?pg_create_\w+\s*\()", re.I)
+
+_SQL_UPSERT = re.compile(r"\bon\s+(?:conflict|duplicate\s+key)\b", re.I)
+
+
 def sql_text_class(text: str, reason: str) -> Seg:
     if SQL_MUT_RE.search(text):
+        statements = [st for st in text.split(";") if st.strip()]
+        if statements and all(_SQL_ADDS.match(st) and not _SQL_UPSERT.search(st) for st in statements):
+            return mut(f"{reason} (adding SQL)", "db:additive")
         return mut(f"{reason} (write SQL)", "db")
     if SQL_RO_RE.search(text):
         return ro(f"{reason} (read SQL)", "db")

@@ -275,8 +275,10 @@ def _decide(
     if first.role == _OUT and st is not None and (st.mutating is True or issued) and not reports_failure(st.output):
         if klass == "noise":
             reason = "3d"
-        elif klass == "state":
+        elif klass == "state" and not st.additive:
             reason = "3c"  # the new value of a state: read it again
+            # (what a step that only adds prints of a state — the LSN a new slot starts
+            # at — is the position of what it made: §2a)
         elif klass == "name" and not _minted_name(value, ident.kind, opaque):
             reason = "3c" if ident.kind == "terraform_address" else "3b"
         elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):

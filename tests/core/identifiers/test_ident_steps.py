@@ -489,3 +489,33 @@ def test_a_version_is_prior_state_only_of_a_change_that_may_move_it() -> None:
         ("bash", {"command": f"git reset --hard {target}"}, f"HEAD is now at {target[:7]} fix"),
     )
     assert [i.why for i in ids if i.value == head] == ["2b"]
+
+
+def test_a_new_replication_slot_mints_its_lsn_and_leaves_the_wal_positions_read() -> None:
+    """``pg_create_logical_replication_slot`` only adds (as ``CREATE PUBLICATION`` and
+    ``INSERT`` do): the WAL positions read before stay valid (no §2b), and the LSN the new
+    slot starts at is the position of what it made (§2a), not a state to read again."""
+    def sql(q: str) -> dict[str, str]:
+        return {"database": "orders", "sql": q}
+
+    ids = _calls(
+        ("run_sql", sql("SELECT slot_name, restart_lsn FROM pg_replication_slots;"), " slot_name      | restart_lsn\n----------------+-------------\n analytics_sync | 43/5428CEB1\n(1 row)"),
+        ("run_sql", sql("CREATE PUBLICATION cdc_orders_pub FOR TABLE public.orders;"), "CREATE PUBLICATION"),
+        ("run_sql", sql("SELECT * FROM pg_create_logical_replication_slot('cdc_orders', 'pgoutput');"), " slot_name  |     lsn\n------------+-------------\n cdc_orders | 44/8034B464\n(1 row)"),
+    )
+    why = {i.value: i.regenerable for i in ids}
+    assert why == {"43/5428CEB1": True, "44/8034B464": False}
+
+
+@pytest.mark.parametrize(
+    "sql,domains",
+    [
+        ("INSERT INTO audit(msg) VALUES ('x');", {"db:additive", "tool:sql:additive"}),
+        ("INSERT INTO t(id) VALUES (1) ON CONFLICT (id) DO UPDATE SET n = 2;", {"db", "tool:sql"}),
+        ("CREATE OR REPLACE VIEW v AS SELECT 1;", {"db", "tool:sql"}),
+        ("CREATE INDEX i ON t(a); UPDATE t SET a = 1;", {"db", "tool:sql"}),
+    ],
+)
+def test_sql_that_only_adds_touches_its_domain_additively(sql: str, domains: set[str]) -> None:
+    cls = classify_call("run_sql", json.dumps({"sql": sql}))
+    assert cls.mutating is True and set(cls.domains) == domains
