@@ -16,10 +16,10 @@ from proxy.core.markers import default_markers
 
 HERE = Path(__file__).parent
 #: corpus -> (cases, verdicts right at least, false alarms at most), when each floor was
-#: last raised (session 39: probe 84 of 87 with 3 false alarms of 36 safe transitions;
-#: probe2, written that session by someone reading only PRINCIPLES.md, 56 of 80 with 12
+#: last raised (session 40: probe 85 of 87 with 2 false alarms of 36 safe transitions;
+#: probe2, written in session 39 by someone reading only PRINCIPLES.md, 71 of 80 with 5
 #: of 37 — it measured 52 of 80 on the rules as they were before it was read).
-FLOORS = {"probe": (87, 85, 2), "probe2": (80, 56, 11)}
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 71, 5)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))
