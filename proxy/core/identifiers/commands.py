@@ -280,7 +280,9 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
         v = args.get(k)
         if isinstance(v, str):
             op = _GRAPHQL_OP.match(v)
-            if op:
+            # a bare selection set ``{ … }`` is GraphQL only on a tool that says so (a
+            # Mongo filter is written the same way)
+            if op and (op.group(1) or "graphql" in words or k in ("graphql", "document")):
                 mutation = op.group(1) == "mutation"
                 return CallClass(mutation, None, frozenset(domains | {"graphql"}), f"{base} GraphQL {'mutation' if mutation else 'query'}")
     # HTTP-carrying tools

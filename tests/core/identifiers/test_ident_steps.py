@@ -519,3 +519,7 @@ def test_a_new_replication_slot_mints_its_lsn_and_leaves_the_wal_positions_read(
 def test_sql_that_only_adds_touches_its_domain_additively(sql: str, domains: set[str]) -> None:
     cls = classify_call("run_sql", json.dumps({"sql": sql}))
     assert cls.mutating is True and set(cls.domains) == domains
+
+
+def test_a_filter_in_braces_is_no_graphql_query_on_a_tool_that_does_not_say_graphql() -> None:
+    assert classify_call("mongo_delete_many", json.dumps({"query": "{status: 'stale'}"})).mutating is True
