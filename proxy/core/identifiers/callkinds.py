@@ -62,9 +62,10 @@ _OTHER_WRITE_VERBS = frozenset(
 WRITE_VERBS = _OTHER_WRITE_VERBS | ((CREATE_VERBS | MODIFY_VERBS) - set(READ_VERBS) - {"export"})
 
 #: Verbs of a change that only adds to a collection (a document inserted, an entry
-#: appended, a job enqueued): what was read before it stays valid, so it makes no prior
-#: state (PRINCIPLES §2b is about a value a change replaced).
-APPEND_VERBS = frozenset({"add", "insert", "append", "enqueue"})
+#: appended, a job enqueued, a record created, a message sent): what was read before it
+#: stays valid, so it makes no prior state (PRINCIPLES §2b is about a value a change
+#: replaced). Not ``deploy``, ``tag``, ``push``: those re-point what exists.
+APPEND_VERBS = frozenset({"add", "insert", "append", "enqueue", "create", "send"})
 
 #: Phrasal verbs — a verb and its particle, which together mean something else than the
 #: verb (``spin_up_preview`` makes an environment, ``look_up_order`` reads one): what each

@@ -9,7 +9,7 @@ import re
 import shlex
 
 from . import programs as rules
-from .callkinds import READ_VERBS, WRITE_VERBS, CallClass
+from .callkinds import APPEND_VERBS, READ_VERBS, WRITE_VERBS, CallClass
 from .programs import (
     MUTATING_PROGRAMS,
     READ_ONLY_PROGRAMS,
@@ -152,6 +152,9 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
     if flags & _RW_FLAGS:
         return Seg(True, seg.domains, f"{seg.reason} (flag)")
     for w in words:
+        if w in APPEND_VERBS:
+            # one more of something (a message sent, a record created): what was read stays
+            return Seg(True, seg.domains | {f"{prog}:additive"}, f"{seg.reason} (verb {w})")
         if w in WRITE_VERBS or w in _CLI_WRITE_VERBS:
             return Seg(True, seg.domains, f"{seg.reason} (verb {w})")
         if w in READ_VERBS:

@@ -523,3 +523,17 @@ def test_sql_that_only_adds_touches_its_domain_additively(sql: str, domains: set
 
 def test_a_filter_in_braces_is_no_graphql_query_on_a_tool_that_does_not_say_graphql() -> None:
     assert classify_call("mongo_delete_many", json.dumps({"query": "{status: 'stale'}"})).mutating is True
+
+
+def test_a_message_sent_is_minted_and_the_services_listed_before_stay_as_read() -> None:
+    """``messages:create`` sends one more message (its SID is what it made, §2a); the other
+    messaging service listed before it is no state it replaced, though the create names a
+    service of that kind (a create only adds)."""
+    services = "SID                                 Friendly Name\nMG8dd82854f345b89eff73cbc0326de00a  ops-alerts\nMGee8aa7397aa30732b03322e59963218c  marketing-eu"
+    sent = "SID                                 From  To             Status\nSM1b2faa473fa2580d66afebd01d80bc1b  null  +447700900418  accepted"
+    ids = _calls(
+        ("bash", {"command": "twilio api:messaging:v1:services:list --properties sid,friendlyName"}, services),
+        ("bash", {"command": "twilio api:core:messages:create --messaging-service-sid MG8dd82854f345b89eff73cbc0326de00a --to '+447700900418' --body 'lag'"}, sent),
+    )
+    why = {i.value: i.regenerable for i in ids if i.source.message_index in (2, 4)}
+    assert why == {"MG8dd82854f345b89eff73cbc0326de00a": True, "MGee8aa7397aa30732b03322e59963218c": True, "SM1b2faa473fa2580d66afebd01d80bc1b": False}
