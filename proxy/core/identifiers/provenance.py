@@ -42,6 +42,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 
@@ -201,9 +202,15 @@ def _own_words(step: Step) -> frozenset[str]:
     """The words of what a step acts on: its tool name and its command's words before the
     first option, paths left out (``aws ec2 create-vpc`` → aws, ec2, create, vpc; not
     ``--stack-name`` nor the ``stack`` of ``--template-body file://stack.yaml``)."""
-    parts = [step.tool or ""]
+    return _words_acted_on(step.tool or "", step.command or "")
+
+
+@lru_cache(maxsize=1024)
+def _words_acted_on(tool: str, command: str) -> frozenset[str]:
+    # one step's many values ask the same question: memoised by its tool and command
+    parts = [tool]
     words = True
-    for t in (step.command or "").split():
+    for t in command.split():
         if t in ("|", "||", "&&", ";"):
             words = True  # the next command of a chain
         elif t.startswith("-"):
