@@ -3,10 +3,14 @@ it, shared by tool names (:mod:`.commands`) and command lines (:mod:`.shell`).""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 
-__all__ = ["APPEND_VERBS", "CREATE_VERBS", "MODIFY_VERBS", "PHRASAL_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass", "phrasal_verb"]
+__all__ = [
+    "APPEND_VERBS", "CLI_WRITE_VERBS", "CREATE_VERBS", "MODIFY_VERBS", "PHRASAL_VERBS", "READ_VERBS", "WRITE_VERBS", "CallClass",
+    "code_verb", "name_words", "phrasal_verb",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,12 @@ WRITE_VERBS = _OTHER_WRITE_VERBS | ((CREATE_VERBS | MODIFY_VERBS) - set(READ_VER
 #: stays valid, so it makes no prior state (PRINCIPLES §2b is about a value a change
 #: replaced). Not ``deploy``, ``tag``, ``push``: those re-point what exists.
 APPEND_VERBS = frozenset({"add", "insert", "append", "enqueue", "create", "send"})
+#: Verbs of a program's own commands and API beyond the tool-name verbs (``restic backup``,
+#: ``etcdctl lease grant``, ``rs.stepDown`` … ``failover``).
+CLI_WRITE_VERBS = frozenset(
+    """backup snapshot grant renew ack promote flip switch rotate issue register provision
+    allocate enqueue receive deregister unregister restore failover cutover mint sign put""".split()
+)
 
 #: Phrasal verbs — a verb and its particle, which together mean something else than the
 #: verb (``spin_up_preview`` makes an environment, ``look_up_order`` reads one): what each
@@ -89,3 +99,39 @@ def phrasal_verb(words: list[str]) -> str | None:
         if kind is not None:
             return kind
     return None
+
+
+_WORD_SPLIT = re.compile(r"[_\-.\s/]+|(?<=[a-z])(?=[A-Z])")
+
+
+def name_words(name: str) -> list[str]:
+    """The lower-cased words of a name, split at ``_ - . / space`` and camel case
+    (``mcp__forge__spinUpPreview`` → ``mcp forge spin up preview``)."""
+    return [w.lower() for w in _WORD_SPLIT.split(name) if w]
+
+
+_CALLED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
+
+
+def code_verb(code: str, *, bare_methods_act: bool = False) -> str | None:
+    """What code given to an interpreter does, by the verbs of its calls (PRINCIPLES §2:
+    what ran decides, not the tool's or program's name): the verb of its first call named
+    by a state-changing verb and its object (``insertOne`` → insert, ``start_run`` →
+    start); ``"read"`` for code whose calls are otherwise named by read verbs
+    (``get_run``, ``find``, ``countDocuments``); ``None`` when nothing speaks.
+
+    A bare verb (``set()``, ``x.update()``, ``s.replace()``) is in general code a builtin
+    as often as a change, so it leaves the answer unknown — except, with
+    ``bare_methods_act``, a method of the API a program's own shell runs
+    (``mongosh --eval 'db.orders.drop()'``: a method of that program's data acts on it)."""
+    reads = bare_write = False
+    for m in _CALLED.finditer(code[:20000]):
+        words = name_words(m.group(1))
+        if not words:
+            continue
+        if words[0] in WRITE_VERBS or words[0] in CLI_WRITE_VERBS or phrasal_verb(words[:2]) in ("create", "modify"):
+            if len(words) > 1 or (bare_methods_act and code[m.start() - 1 : m.start()] == "."):
+                return words[0]
+            bare_write = True
+        reads = reads or words[0] in READ_VERBS
+    return "read" if reads and not bare_write else None

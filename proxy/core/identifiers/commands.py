@@ -30,7 +30,15 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .callkinds import APPEND_VERBS, READ_VERBS, WRITE_VERBS, CallClass, phrasal_verb
+from .callkinds import (
+    APPEND_VERBS,
+    READ_VERBS,
+    WRITE_VERBS,
+    CallClass,
+    code_verb,
+    name_words,
+    phrasal_verb,
+)
 from .programs import SQL_MUT_RE, SQL_RO_RE, sql_text_class
 from .shell import classify_chain, file_domain, split_segments
 
@@ -147,13 +155,6 @@ _DOMAIN_WORDS: tuple[tuple[str, str], ...] = (
     ("file", "fs"), ("dir", "fs"), ("directory", "fs"),
 )
 
-_WORD_SPLIT = re.compile(r"[_\-.\s/]+|(?<=[a-z])(?=[A-Z])")
-
-
-def _words(name: str) -> list[str]:
-    return [w.lower() for w in _WORD_SPLIT.split(name) if w]
-
-
 @lru_cache(maxsize=4096)
 def classify_command(command: str) -> CallClass:
     """Classify a shell command line (see module docstring). Never raises. Memoised
@@ -194,30 +195,6 @@ def _noun_domain(words: list[str]) -> str | None:
 #: ``{ … }`` (a query); a subscription reads.
 _GRAPHQL_OP = re.compile(r"\s*(?:#[^\n]*\n\s*)*(?:(mutation|query|subscription)\b[^{]*\{|(\{)\s*[A-Za-z_])")
 _CODE_KEYS = ("code", "script", "source", "cell", "python", "js", "javascript", "expression")
-_CALLED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
-
-
-def _code_verb(code: str) -> str | None:
-    """What the calls of a code-running tool's code do (PRINCIPLES §2: what ran decides,
-    not the tool's name ``python_exec``): the verb of its first call named by a
-    state-changing verb and its object (``insertOne`` → insert, ``start_run`` → start);
-    ``"read"`` for code whose calls are otherwise named by read verbs (``get_run``,
-    ``find``, ``countDocuments``, ``print``). A bare verb (``x.update()``, ``set()``,
-    ``s.replace()``: a builtin as often as a change) leaves it unknown (``None``), as does
-    code with no verb at all."""
-    reads = bare_write = False
-    for m in _CALLED.finditer(code[:20000]):
-        words = _words(m.group(1))
-        if not words:
-            continue
-        if words[0] in WRITE_VERBS or phrasal_verb(words[:2]) in ("create", "modify"):
-            if len(words) > 1:
-                return words[0]
-            bare_write = True
-        reads = reads or words[0] in READ_VERBS
-    return "read" if reads and not bare_write else None
-
-
 def _appending(domains: Iterable[str], adds: bool) -> frozenset[str]:
     """The domains of a change; one that only adds (an append verb, an ``INSERT``) touches
     them additively (as ``git commit`` does ``git:additive``): it links to no read before it."""
@@ -253,7 +230,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     base = _base_tool_name(name)
     low = base.lower()
     args = _args_obj(arguments)
-    words = _words(base)
+    words = name_words(base)
     domains = set(_name_domains(words))
     nd = _noun_domain(words)
     if nd:
@@ -294,7 +271,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     for k in _CODE_KEYS:
         v = args.get(k)
         if isinstance(v, str) and "(" in v:
-            verb = _code_verb(v)
+            verb = code_verb(v)
             if verb is not None:
                 return CallClass(verb != "read", None, _appending(domains, verb in APPEND_VERBS), f"{base} code ({verb})")
     # a nested command for CLI-wrapping tools: {"command": "get pods"} on a tool named kubectl

@@ -9,7 +9,7 @@ import re
 import shlex
 
 from . import programs as rules
-from .callkinds import APPEND_VERBS, READ_VERBS, WRITE_VERBS, CallClass
+from .callkinds import APPEND_VERBS, CLI_WRITE_VERBS, READ_VERBS, WRITE_VERBS, CallClass, code_verb
 from .programs import (
     MUTATING_PROGRAMS,
     READ_ONLY_PROGRAMS,
@@ -135,14 +135,11 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
             return Seg(sql.mutating, seg.domains | sql.domains, sql.reason)
     parts = [w.lower() for w in _CLI_SPLIT.split(prog) if w]
     words = parts if len(parts) > 1 else []  # a compound name speaks (backup-put, deploy.sh); make does not
-    for i, a in enumerate(args):  # code passed to an interpreter: db.orders.updateOne(…)
+    for i, a in enumerate(args):  # code passed to the program's shell: db.orders.updateOne(…)
         if a in _CODE_FLAGS and i + 1 < len(args):
-            calls = re.findall(r"\.([a-z]+)[A-Z]?\w*\s*\(", args[i + 1])
-            verbs = [c for c in calls if c in WRITE_VERBS or c in _CLI_WRITE_VERBS or c in _STRICT_READ or c in READ_VERBS]
-            if any(v in WRITE_VERBS or v in _CLI_WRITE_VERBS for v in verbs):
-                return Seg(True, seg.domains, f"{seg.reason} (code {verbs[0]})")
-            if verbs:
-                return Seg(False, seg.domains, f"{seg.reason} (code {verbs[0]})")
+            verb = code_verb(args[i + 1], bare_methods_act=True)
+            if verb is not None:
+                return Seg(verb != "read", seg.domains, f"{seg.reason} (code {verb})")
     words += [w.lower() for a in positional(args)[:3] for w in _CLI_SPLIT.split(a) if w and "/" not in a and "=" not in a]
     if flags & _ASYNC_FLAGS:
         # run in the background: even a query starts a job, and its id is what it made
@@ -155,18 +152,11 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
         if w in APPEND_VERBS:
             # one more of something (a message sent, a record created): what was read stays
             return Seg(True, seg.domains | {f"{prog}:additive"}, f"{seg.reason} (verb {w})")
-        if w in WRITE_VERBS or w in _CLI_WRITE_VERBS:
+        if w in WRITE_VERBS or w in CLI_WRITE_VERBS:
             return Seg(True, seg.domains, f"{seg.reason} (verb {w})")
         if w in READ_VERBS:
             return Seg(False, seg.domains, f"{seg.reason} (verb {w})")
     return seg
-
-
-#: CLI verbs beyond the tool-name verbs (``restic backup``, ``etcdctl lease grant``).
-_CLI_WRITE_VERBS = frozenset(
-    """backup snapshot grant renew ack promote flip switch rotate issue register provision
-    allocate enqueue receive deregister unregister restore failover cutover mint sign put""".split()
-)
 
 
 def _classify_words(words: list[str], raw: str = "") -> Seg:

@@ -252,3 +252,47 @@ def test_a_phrasal_creation_verb_makes_what_its_tool_returns() -> None:
     assert creates("mcp__forge__spin_up_preview", None, "Preview is live")
     assert not creates("mcp__forge__tear_down_preview", None, "Preview removed")
     assert not creates("look_up_order", None, "order o_1: paid")
+
+
+@pytest.mark.parametrize(
+    "code,methods_act,verb",
+    [
+        ("db.orders.updateOne({_id: 1}, {$set: {s: 'x'}})", False, "update"),
+        ("db.orders.find({}).count()", True, "read"),
+        ("print(db.orders.countDocuments({}))", True, "read"),
+        # a bare method: in a program's own shell it acts on that program's data …
+        ("db.orders.drop()", True, "drop"),
+        ("db.sessions.remove({})", True, "remove"),
+        # … in general code it is a builtin as often as a change
+        ("db.orders.drop()", False, None),
+        ("cfg.update(extra); print(cfg)", False, None),
+        # a bare function is never the program's API
+        ("seen = set(); print(len(seen))", True, None),
+        # a program's own verbs count in code too
+        ("sh.enableSharding('shop'); sh.status()", True, "enable"),
+        ("client.restore_snapshot(name='nightly')", False, "restore"),
+        ("x = 1 + 2", True, None),
+    ],
+)
+def test_code_is_judged_by_the_verbs_of_its_calls(code: str, methods_act: bool, verb: str | None) -> None:
+    """One reading of code for a code-running tool and for a program's ``--eval`` (PRINCIPLES §2)."""
+    from proxy.core.identifiers.callkinds import code_verb
+
+    assert code_verb(code, bare_methods_act=methods_act) == verb
+
+
+@pytest.mark.parametrize(
+    "command,mutating",
+    [
+        ("mongosh shop --quiet --eval 'db.orders.drop()'", True),
+        ("mongosh shop --quiet --eval 'db.orders.findOne({_id: 7})'", False),
+        ("mongosh shop --quiet --eval 'db.orders.deleteMany({state: \"stale\"})'", True),
+        ("python3 -c 'import os; os.remove(\"/tmp/lock\")'", True),
+    ],
+)
+def test_a_programs_shell_runs_code_that_acts_by_its_methods(command: str, mutating: bool) -> None:
+    """``mongosh --eval 'db.orders.drop()'`` drops a collection: a bare method of the API the
+    program's shell runs is a change, though the same call in a ``python_exec`` tool's code
+    leaves the decision to the tool's name."""
+    assert classify_command(command).mutating is mutating
+    assert classify_call("python_exec", json.dumps({"code": "db.orders.drop()"})).mutating is classify_call("python_exec", "{}").mutating
