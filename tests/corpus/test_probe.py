@@ -16,10 +16,10 @@ from proxy.core.markers import default_markers
 
 HERE = Path(__file__).parent
 #: corpus -> (cases, verdicts right at least, false alarms at most), when each floor was
-#: last raised (session 40: probe 85 of 87 with 2 false alarms of 36 safe transitions;
-#: probe2, written in session 39 by someone reading only PRINCIPLES.md, 72 of 80 with 4
+#: last raised (session 41: probe 85 of 87 with 2 false alarms of 36 safe transitions;
+#: probe2, written in session 39 by someone reading only PRINCIPLES.md, 75 of 80 with 3
 #: of 37 — it measured 52 of 80 on the rules as they were before it was read).
-FLOORS = {"probe": (87, 85, 2), "probe2": (80, 72, 4)}
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))

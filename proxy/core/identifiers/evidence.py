@@ -39,6 +39,7 @@ __all__ = [
     "output_says_changed",
     "preexisting_line",
     "prior_marked",
+    "reference_nouns",
     "reports_failure",
     "scope_reference",
 ]
@@ -401,3 +402,22 @@ def scope_reference(text: str, start: int, own: frozenset[str]) -> bool:
         return False
     noun = words[-2]
     return noun in _SCOPE_NOUNS and noun not in own
+
+
+#: Nouns too general to tell one reference from another (``KmsKeyId``: the KMS is what
+#: it names, not a key).
+_GENERIC_NOUNS = frozenset("key resource object item entity record external internal".split())
+
+
+def reference_nouns(text: str, start: int) -> frozenset[str]:
+    """The nouns of the reference a value stands under (``requester_id`` → requester,
+    ``KmsKeyId`` → kms, ``RotationLambdaARN`` → rotation, lambda), lower case; empty
+    for a bare identity key (``"id": …``) or no key at all. A change re-points such a
+    reference only by naming it (PRINCIPLES §2b)."""
+    label = _label_of(text, start)
+    if not label:
+        return frozenset()
+    words = [w.lower() for w in _KEY_WORDS.findall(label)]
+    if len(words) < 2 or words[-1] not in _ID_WORDS:
+        return frozenset()
+    return frozenset(w for w in words[:-1] if len(w) >= 3 and not w.isdigit() and w not in _GENERIC_NOUNS)

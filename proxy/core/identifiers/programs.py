@@ -32,7 +32,7 @@ READ_ONLY_PROGRAMS = frozenset(
     man help jq yq bat exa eza tldr lsblk mount findmnt nproc lscpu arch locale whatis apropos
     pytest py.test mypy ruff flake8 pylint pyright black isort tox nox eslint tsc jest vitest
     mocha shellcheck hadolint tflint kubeval kubeconform yamllint hostnamectl timedatectl getent
-    base64 openssl gpg nvidia-smi vmstat iostat watch tput clear reset-terminal wait read""".split()
+    base64 openssl nvidia-smi vmstat iostat watch tput clear reset-terminal wait read""".split()
 )
 MUTATING_PROGRAMS = frozenset(
     """rm rmdir mv cp mkdir touch chmod chown chgrp ln dd truncate tee install rsync scp shred
@@ -87,7 +87,7 @@ SQL_MUT_RE = re.compile(
 )
 SQL_RO_RE = re.compile(r"(?:\bselect\b|\bshow\b|\bexplain\b|\bdescribe\b|\\d\w*|\\l\b|\\dt|\bwith\b[\s\S]+\bselect\b)", re.I)
 
-_AWS_RO_OPS = re.compile(r"^(?:describe|list|get|head|wait|batch-get|lookup|search|scan|query|filter|select|estimate|preview|test|validate|check)\b")
+_AWS_RO_OPS = re.compile(r"^(?:describe|list|get|head|wait|batch-get|lookup|search|scan|query|filter|select|estimate|preview|test|validate|check|tail|view|show|download|decode|simulate|verify)\b")
 _AWS_S3_RO = frozenset({"ls", "presign"})
 
 

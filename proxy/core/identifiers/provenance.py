@@ -51,6 +51,7 @@ from .evidence import (
     identity_label,
     preexisting_line,
     prior_marked,
+    reference_nouns,
     reports_failure,
     scope_reference,
 )
@@ -250,6 +251,51 @@ def _restated(ident: Identifier, output: str) -> bool:
     return False
 
 
+_ARG_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+#: A change whose arguments point at its configuration elsewhere (``-f app.yaml``,
+#: ``file://…``, ``@body.json``) states nothing of what it changes itself.
+_CONFIG_ELSEWHERE = re.compile(
+    r"(?:^|\s)(?:-f|--filename|--file|--values|-c|--config|--cli-input-json|--template-body|-var-file)(?:\s|=)"
+    r"|file://|(?:^|[\s\"'=])@[\w./\-]+\.(?:json|ya?ml)"
+)
+
+
+@lru_cache(maxsize=1024)
+def _stated(args: str) -> frozenset[str] | None:
+    """The words a change's arguments state (lower case; ``--rotation-lambda-arn`` →
+    rotation, lambda, arn), or ``None`` when they state nothing of what changes: no
+    arguments, or a configuration file (``terraform apply``, ``kubectl apply -f``)."""
+    if not args.strip() or _CONFIG_ELSEWHERE.search(args):
+        return None
+    return frozenset(w.lower() for w in _ARG_WORDS.findall(args))
+
+
+def _unnamed_reference(o: _Occ, write: Step) -> bool:
+    """The value stands under a reference (``requester_id``, ``KmsKeyId``) that the change
+    does not name though it states what it changes: the change re-points other things
+    (a ticket's status, a secret's version), not this reference (PRINCIPLES §2b)."""
+    nouns = reference_nouns(o.text, o.ident.start)
+    if not nouns:
+        return False
+    stated = _stated(write.command or write.args)
+    return stated is not None and not (nouns & stated)
+
+
+_RUNS = re.compile(r"[A-Za-z0-9]+")
+
+
+def _composed_of_others(value: str, step: Step, text: str) -> bool:
+    """Every machine-made piece of ``value`` holds another identifier that the same
+    output ``text`` also printed on its own (``openpgp-revocs.d/<fingerprint>.rev``
+    beside the fingerprint): the value is that identifier in a record (PRINCIPLES §4: the
+    binding is the identifying token), not a handle of its own."""
+    pieces = [p.lower() for p in _RUNS.findall(value) if has_opaque_part(p)]
+    low, hay = value.lower(), text.lower()
+    times = hay.count(low)
+    others = [e for e in step.out_values if e != low and len(e) >= 8 and e in low and hay.count(e) > times * low.count(e)]
+    return bool(pieces) and bool(others) and all(any(e in p for e in others) for p in pieces)
+
+
 def _in(value: str, text: str) -> bool:
     return bool(text) and value.lower() in text.lower()
 
@@ -290,6 +336,8 @@ def _decide(
             reason = "3c" if ident.kind == "terraform_address" else "3b"
         elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):
             reason = "3b"
+        elif _composed_of_others(value, st, first.text):
+            reason = "3b"  # named after another handle it printed: that one is the binding
         elif klass == "handle" and scope_reference(first.text, ident.start, _own_words(st)):
             reason = "3b"  # the VPC, stack or bot of what it made: that existed before
         elif ident.sensitive and not st.creates:
@@ -333,6 +381,8 @@ def _decide(
                     # after its events were read); so is a version (the release an event
                     # was seen in is no version that resolving the issue moves from)
                     continue
+                if klass in ("handle", "version") and _unnamed_reference(o, w):
+                    continue  # a reference the change does not name: not what it re-points
                 regions = entity_regions(o.text, w)
                 if regions:
                     # the read listed entities and the change names one of them: the
@@ -400,7 +450,8 @@ def judge(
             if p.kind in TEXTUAL_KINDS and p.text and p.kind != "tool_call" and (mi, pi) not in by_call:
                 text_pieces(mi, pi)
 
-    # a ReAct action ending its message, observed in the next one: one step
+    # a ReAct action ending its message, observed in the next one, and output pasted
+    # because an assistant asked for it: one step each
     join_observations(msgs, part_text, text_pieces, text_parts, steps)
 
     # ---- occurrences, grouped by value

@@ -5,6 +5,7 @@ knows the program, and by its redirections; a chain mutates if any of its comman
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 
@@ -141,6 +142,11 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
             if verb is not None:
                 return Seg(verb != "read", seg.domains, f"{seg.reason} (code {verb})")
     words += [w.lower() for a in positional(args)[:3] for w in _CLI_SPLIT.split(a) if w and "/" not in a and "=" not in a]
+    if args and args[0].startswith("--"):
+        # a program whose commands are options (``gpg --full-generate-key``, ``gpg --list-keys``):
+        # the long options before its first operand
+        lead = itertools.takewhile(lambda a: a.startswith("-"), args)
+        words += [w.lower() for a in lead if a.startswith("--") for w in _CLI_SPLIT.split(a.split("=", 1)[0]) if w]
     if flags & _ASYNC_FLAGS:
         # run in the background: even a query starts a job, and its id is what it made
         return Seg(True, seg.domains, f"{seg.reason} (async)")

@@ -2,12 +2,13 @@
 result, or a piece of text (:mod:`.steps`) with what it ran and printed, classified as
 reading or changing state (:mod:`.commands`) with the evidence of its words and output
 (:mod:`.evidence`). A ReAct action whose observation comes in the next message is one
-step with it."""
+step with it, and so is a command an assistant asks the user to run and paste with the
+user's reply."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from proxy.core.messages import TEXTUAL_KINDS, Message
@@ -141,9 +142,11 @@ def join_observations(
     parts: dict[tuple[int, int], list[tuple[TextStep, Step]]],
     steps: list[Step],
 ) -> None:
-    """A ReAct action that ends its message and the next message's ``Observation: …`` are
-    one step, as a tool call and its result are: the action's step gets the observation
-    as its output (and is judged by it), the observation's text becomes that output."""
+    """Steps that span two messages. A ReAct action that ends its message and the next
+    message's ``Observation: …`` are one step, as a tool call and its result are: the
+    action's step gets the observation as its output (and is judged by it), the
+    observation's text becomes that output. So are a command an assistant asked the user
+    to run and paste, and the reply (:func:`_join_pasted`)."""
     for mi in range(1, len(msgs)):
         obs = _observation(msgs[mi])
         act = _last_action(msgs[mi - 1], mi - 1, pieces) if obs is not None else None
@@ -156,3 +159,60 @@ def join_observations(
         parts[(mi - 1, api)][k] = (ts, joined)
         parts[(mi, opi)] = [(TextStep(start, start, start, len(text), ts.tool, ts.command), joined)]
         steps[:] = [joined if s is old else s for s in steps]
+    # output a user pasted because an assistant asked for it: the asked command's step
+    for key, pts, pasted, replaced in list(_join_pasted(msgs, part_text, pieces)):
+        parts[key] = [(pts, pasted)]
+        steps[:] = [pasted if s is replaced[0] else s for s in steps if s is replaced[0] or all(s is not r for r in replaced)]
+
+
+#: An assistant's request that the user run something and paste what it printed (an agent
+#: without tools: PRINCIPLES §2, "output pasted by the user … judged by the same rules").
+_PASTE_ASK = re.compile(
+    r"(?i)\bpaste\b[^.\n]{0,60}?\b(?:output|print(?:s|ed)?|result|returns?|says|shows|gives)\b"
+    r"|\b(?:send|show|share|give)\s+me\s+(?:the|its|what)\b[^.\n]{0,30}?\b(?:output|prints?|printed|result|returns?|says)\b"
+)
+_CODE_SPAN = re.compile(r"```[^\n]*\n(?P<block>.*?)```|`(?P<inline>[^`\n]+)`", re.S)
+_COMMAND_LIKE = re.compile(r"^[A-Za-z][\w.\-]*\s+\S")
+
+
+def _asked_command(text: str) -> tuple[str | None, bool]:
+    """(the command, whether the text asks for its output): the last code span before an
+    assistant's request to paste what a command printed."""
+    ask = _PASTE_ASK.search(text)
+    if ask is None:
+        return None, False
+    command = None
+    for m in _CODE_SPAN.finditer(text, 0, ask.start()):
+        code = (m.group("block") if m.group("block") is not None else m.group("inline")).strip()
+        if _COMMAND_LIKE.match(code):
+            command = code
+    return command, True
+
+
+def _join_pasted(
+    msgs: Sequence[Message],
+    part_text: Callable[[int, int], str],
+    pieces: Callable[[int, int], list[tuple[TextStep, Step]]],
+) -> Iterator[tuple[tuple[int, int], TextStep, Step, list[Step]]]:
+    """A user's reply to an assistant that asked it to run a command and paste what it
+    printed is that command's output, when the reply marks no step of its own (no
+    ``$ cmd``, no ``Output:``): one step, judged by the command and by what the output
+    says (``public and secret key created``), as a tool's result is. Yields (part, its
+    text step, the joined step, the steps it replaces)."""
+    for mi in range(1, len(msgs)):
+        if msgs[mi].role != "user" or msgs[mi - 1].role != "assistant":
+            continue
+        asked = [p.text for p in msgs[mi - 1].parts if p.kind in TEXTUAL_KINDS and p.kind != "tool_call" and p.text]
+        command, asks = _asked_command("\n".join(asked)) if asked else (None, False)
+        if not asks:
+            continue
+        for pi, p in enumerate(msgs[mi].parts):
+            if p.kind not in TEXTUAL_KINDS or p.kind == "tool_call" or not p.text.strip():
+                continue
+            got = pieces(mi, pi)
+            if any(s.tool is not None or s.command is not None for _, s in got):
+                break  # the reply marks its own steps
+            text = part_text(mi, pi)
+            ts = TextStep(0, 0, 0, len(text), None if command else PASTED_OUTPUT, command)
+            yield (mi, pi), ts, text_step(mi, pi, text, ts), [s for _, s in got]
+            break

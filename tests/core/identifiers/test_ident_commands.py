@@ -10,6 +10,9 @@ from proxy.core.identifiers import classify_call, classify_command, command_of, 
 from proxy.core.identifiers.evidence import creates
 
 READ_ONLY = [
+    "aws logs tail /aws/lambda/rotate-8Kq2 --since 5m | tail -n 7",
+    "gpg --list-keys",
+    "gpg --list-secret-keys --keyid-format=long",
     "git log --oneline -5",
     "git show HEAD~1",
     "git status",
@@ -64,6 +67,10 @@ READ_ONLY = [
 ]
 
 MUTATING = [
+    # a program whose commands are options: the options before its first operand speak
+    "gpg --full-generate-key",
+    "gpg --batch --quick-generate-key 'Lena <lena@acme.io>' ed25519 sign 2y",
+    "gpg --import backup.asc",
     "git reset --hard HEAD~2",
     "git commit -am 'wip'",
     "git push origin main",

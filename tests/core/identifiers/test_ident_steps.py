@@ -66,6 +66,19 @@ def test_pasted_state_change_mints_but_prose_does_not() -> None:
     assert all(i.regenerable for i in said if i.value == LEASE)
 
 
+def test_a_numeric_job_handle_pasted_after_its_noun_is_what_the_submission_made() -> None:
+    """``Submitted batch job 1277938``: a job handle with no vendor shape, written after its
+    noun (PRINCIPLES §1), minted by the pasted ``sbatch`` (§2a); the same number listed by
+    ``squeue`` or counted (``job 1048576 bytes``) is not."""
+    job = "1277938"
+    submitted = _snap(("user", f"$ sbatch --partition=a100 --job-name=ft train_ft.sh\nSubmitted batch job {job}"))
+    assert [(i.value, i.regenerable, i.why) for i in submitted] == [(job, False, "2a")]
+    listed = _snap(("user", f"$ squeue -u praman\nlast job {job} is pending"))
+    assert all(i.regenerable for i in listed if i.value == job)
+    counted = _snap(("user", f"$ sbatch train.sh\nthe job {job} bytes of output so far"))
+    assert [i.value for i in counted] == []
+
+
 def test_a_react_action_of_a_shell_tool_is_its_command() -> None:
     """A ReAct trace's ``Action: bash`` carries its command line in ``Action Input``: the
     step is that command (an ``--async`` resize mints its operation), not prose."""
@@ -537,3 +550,54 @@ def test_a_message_sent_is_minted_and_the_services_listed_before_stay_as_read() 
     )
     why = {i.value: i.regenerable for i in ids if i.source.message_index in (2, 4)}
     assert why == {"MG8dd82854f345b89eff73cbc0326de00a": True, "MGee8aa7397aa30732b03322e59963218c": True, "SM1b2faa473fa2580d66afebd01d80bc1b": False}
+
+
+def test_a_reference_read_before_a_change_is_prior_state_only_if_the_change_names_it() -> None:
+    """A ticket's ``requester_id`` read before a bulk status change is no state that change
+    replaced (it re-points no requester); read before a change that reassigns tickets
+    (``assignee_id``) the old assignee is (PRINCIPLES §2b). A change that states nothing
+    itself (a configuration file) may re-point anything it read."""
+    requester, assignee = "401000338107", "360011223344"
+    listing = json.dumps({"results": [{"id": 48301, "status": "open", "requester_id": int(requester), "assignee_id": int(assignee)}]})
+    read = ("zendesk", {"method": "GET", "path": "/api/v2/search.json?query=tags:outage"}, listing)
+    solved = ("zendesk", {"method": "PUT", "path": "/api/v2/tickets/update_many.json?ids=48301", "body": {"ticket": {"status": "solved"}}}, '{"job_status": {"status": "queued"}}')
+    why = {i.value: i.why for i in _calls(read, solved) if i.source.message_index == 2}
+    assert why[requester] != "2b" and why[assignee] != "2b"
+    moved = ("zendesk", {"method": "PUT", "path": "/api/v2/tickets/48301.json", "body": {"ticket": {"assignee_id": 360099887766}}}, '{"ticket": {"id": 48301}}')
+    why = {i.value: i.why for i in _calls(read, moved) if i.source.message_index == 2}
+    assert why[assignee] == "2b" and why[requester] != "2b"
+    applied = ("zendesk", {"method": "PUT", "path": "/api/v2/tickets/48301.json", "data": "@ticket.json"}, '{"ticket": {"id": 48301}}')
+    why = {i.value: i.why for i in _calls(read, applied) if i.source.message_index == 2}
+    assert why[assignee] == "2b"
+
+
+def test_a_reply_pasting_what_an_assistant_asked_for_is_that_commands_output() -> None:
+    """An agent without tools asks the user to run a command and paste what it printed:
+    the reply is that command's output (PRINCIPLES §2: the role that carries output does
+    not matter), so a key ``gpg --full-generate-key`` made is minted (§2a), and the same
+    text with no request before it is only a mention."""
+    fpr = "D05612FA15D965A82AADCD0C5983FB81C95A082C"
+    pasted = f"public and secret key created and signed.\n\npub   ed25519 2026-12-07 [SC]\n      {fpr}\nuid   Lena Vogt <lena@acme.io>"
+    asked = _snap(("user", "Help me make a signing key."), ("assistant", "Run `gpg --full-generate-key` and paste the output here."), ("user", pasted))
+    assert {(i.why, i.regenerable) for i in asked if i.value == fpr} == {("2a", False)}
+    unasked = _snap(("user", "Help me make a signing key."), ("assistant", "Sure, GnuPG can do that."), ("user", pasted))
+    assert all(i.regenerable for i in unasked if i.value == fpr)
+    listed = _snap(("assistant", "Run `gpg --list-keys` and paste what it prints."), ("user", pasted))
+    assert all(i.regenerable for i in listed if i.value == fpr)
+
+
+def test_a_value_named_after_another_handle_of_the_same_output_is_that_handle() -> None:
+    """``openpgp-revocs.d/<fingerprint>.rev`` holds no machine-made part but the
+    fingerprint printed beside it: the fingerprint is the binding (§4), the path is
+    derivable from it (§3b); a client secret made of an id and a random part of its own
+    is a handle in its own right (§2a)."""
+    fpr = "D4F27946BE753543A7E9C7C9C564912BE88CB257"
+    rev = f"/home/lena/.gnupg/openpgp-revocs.d/{fpr}.rev"
+    out = f"gpg: revocation certificate stored as '{rev}'\npublic and secret key created and signed.\n\npub   ed25519 2026-12-07 [SC]\n      {fpr}"
+    why = {i.value: i.why for i in _calls(("bash", {"command": "gpg --batch --quick-generate-key 'Lena <l@acme.io>' ed25519 sign 2y"}, out))}
+    assert why[fpr] == "2a" and why[rev] == "3b"
+    pi = "pi_pb4DMaeFqLZs2alf1HJL9J1a"
+    secret = f"{pi}_secret_n0kgk1PazNntxZVEXSfaUtx2"
+    made = json.dumps({"id": pi, "client_secret": secret, "status": "requires_confirmation"})
+    why = {i.value: i.why for i in _calls(("payments_create_intent", {"amount": 2500, "currency": "eur"}, made))}
+    assert why[pi] == "2a" and why[secret] == "2a"
