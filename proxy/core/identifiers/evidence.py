@@ -28,14 +28,15 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .callkinds import CREATE_VERBS, MODIFY_VERBS, phrasal_verb
-from .commands import split_segments
+from .callkinds import CREATE_VERBS, MODIFY_VERBS, name_words, phrasal_verb
+from .commands import classify_command, split_segments
 
 __all__ = [
     "creates",
     "identity_label",
     "is_history",
     "link_keys",
+    "moves_between_commits",
     "output_says_changed",
     "preexisting_line",
     "prior_marked",
@@ -254,6 +255,9 @@ def _link_keys(tool: str | None, command: str | None, args: str, domains: frozen
 
 
 _HISTORY_WORDS = frozenset({"log", "logs", "history", "reflog", "shortlog", "whatchanged", "events", "audit", "journal", "journalctl"})
+#: Words of a call in code that lists a history (``list_repo_commits``, ``get_history``).
+_HISTORY_CALL_WORDS = _HISTORY_WORDS | {"commits"}
+_CALL_NAME = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
 
 
 @lru_cache(maxsize=4096)
@@ -266,7 +270,11 @@ def is_history(tool: str | None, command: str | None) -> bool:
             words.extend(w.lower() for w in seg[:3])
     if tool:
         words.extend(w.lower() for w in re.split(r"[_\-.]+", tool))
-    return any(w in _HISTORY_WORDS for w in words)
+    if any(w in _HISTORY_WORDS for w in words):
+        return True
+    # code a command runs (``python -c "…list_repo_commits(…)"``): the calls' words
+    calls = _CALL_NAME.findall(command[:4000]) if command and "(" in command else []
+    return any(w in _HISTORY_CALL_WORDS for c in calls for w in name_words(c))
 
 
 # --------------------------------------------------------------------------- around a value
@@ -421,3 +429,31 @@ def reference_nouns(text: str, start: int) -> frozenset[str]:
     if len(words) < 2 or words[-1] not in _ID_WORDS:
         return frozenset()
     return frozenset(w for w in words[:-1] if len(w) >= 3 and not w.isdigit() and w not in _GENERIC_NOUNS)
+
+
+#: git commands that write commits or tag objects: the shas they print are what they made.
+_GIT_WRITERS = frozenset(
+    """commit merge rebase cherry-pick revert am stash pull commit-tree tag notes replace
+    filter-branch filter-repo mktag hash-object""".split()
+)
+
+
+@lru_cache(maxsize=1024)
+def moves_between_commits(command: str) -> bool:
+    """A command line whose git commands write no commit (``bisect``, ``checkout``,
+    ``reset``, ``push``, ``fetch``) and whose other commands change nothing: the commits it
+    prints existed before it (PRINCIPLES §2a needs a handle to what the step made; §3d a
+    listed commit stays reachable)."""
+    gits = 0
+    for seg in split_segments(command):
+        words = [w for w in seg if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
+        if not words:
+            continue
+        if words[0] == "git":
+            sub = next((w for w in words[1:] if not w.startswith("-")), "")
+            if sub in _GIT_WRITERS:
+                return False
+            gits += 1
+        elif classify_command(" ".join(words)).mutating is True:
+            return False
+    return gits > 0

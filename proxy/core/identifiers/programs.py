@@ -53,7 +53,7 @@ _GIT_MUT = frozenset(
 )
 #: Mutations that only add (commits, refs, objects): values read before stay valid, so
 #: they get the domain ``git:additive`` and do not trigger read-before-write.
-_GIT_ADDITIVE = frozenset({"add", "commit", "push", "pull", "clone", "init", "gc", "revert", "cherry-pick", "am", "merge"})
+_GIT_ADDITIVE = frozenset({"add", "commit", "push", "pull", "clone", "init", "gc", "revert", "cherry-pick", "am", "merge", "checkout", "switch", "bisect"})
 _GIT_REWRITE_FLAGS = frozenset({"--amend", "-f", "--force", "--force-with-lease", "--delete", "-d", "--mirror", "--prune", "--ff-only", "--rebase", "-r"})
 _GIT_OPTS_WITH_ARG = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 
@@ -446,7 +446,26 @@ def curl(args: list[str], prog: str) -> Seg:
             method = pos[0].upper()
     if method in (None, "GET", "HEAD", "OPTIONS"):
         return ro(f"{prog} {method or 'GET'}", "http")
+    if method == "POST" and any(posts_a_read(a) for a in positional(args, _CURL_OPTS_WITH_ARG)):
+        return ro(f"{prog} POST (read endpoint)", "http")
     return mut(f"{prog} {method}", "http")
+
+
+_CURL_OPTS_WITH_ARG = frozenset(
+    "-X --request -d --data --data-raw --data-binary --data-urlencode -F --form -T --upload-file --json -H --header "
+    "-u --user -o --output -A --user-agent -b --cookie -e --referer -w --write-out --max-time -m --connect-timeout".split()
+)
+#: The last segment of an RPC-style endpoint that only reads (Plaid's ``/accounts/balance/get``,
+#: Elasticsearch's ``/_search``, Google's ``:batchGet``), whatever method carries it.
+_READ_ENDPOINT = re.compile(
+    r"(?i)(?:/|:|/_)(?:get|list|search|msearch|query|lookup|describe|find|count|batch[-_]?get|retrieve|fetch|validate|explain|preview)(?:[?#].*)?$"
+)
+
+
+def posts_a_read(url: str) -> bool:
+    """A POST to an endpoint named by a read verb reads (PRINCIPLES §2: what ran decides;
+    RPC-style APIs post their queries)."""
+    return "/" in url and _READ_ENDPOINT.search(url.strip("'\"").rstrip("/")) is not None
 
 
 def sed_like(args: list[str], prog: str) -> Seg:

@@ -49,6 +49,7 @@ from proxy.core.messages import TEXTUAL_KINDS, Snapshot
 from .commands import CallClass
 from .evidence import (
     identity_label,
+    moves_between_commits,
     preexisting_line,
     prior_marked,
     reference_nouns,
@@ -336,6 +337,8 @@ def _decide(
             reason = "3c" if ident.kind == "terraform_address" else "3b"
         elif preexisting_line(first.text, ident.start) or (not st.creates and _names_from_args(value, st)):
             reason = "3b"
+        elif ident.kind == "git_sha" and st.command and moves_between_commits(st.command):
+            reason = "3b"  # a commit it moved to, or printed: it existed before
         elif _composed_of_others(value, st, first.text):
             reason = "3b"  # named after another handle it printed: that one is the binding
         elif klass == "handle" and scope_reference(first.text, ident.start, _own_words(st)):

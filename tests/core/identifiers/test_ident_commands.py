@@ -10,6 +10,9 @@ from proxy.core.identifiers import classify_call, classify_command, command_of, 
 from proxy.core.identifiers.evidence import creates
 
 READ_ONLY = [
+    # RPC-style endpoints named by a read verb read, whatever method carries them
+    "curl -s https://sandbox.plaid.com/accounts/balance/get -H 'Content-Type: application/json' -d @req.json",
+    "curl -s -XPOST 'localhost:9200/orders/_search?size=5' -d '{\"query\": {\"match_all\": {}}}'",
     "aws logs tail /aws/lambda/rotate-8Kq2 --since 5m | tail -n 7",
     "gpg --list-keys",
     "gpg --list-secret-keys --keyid-format=long",
@@ -67,6 +70,8 @@ READ_ONLY = [
 ]
 
 MUTATING = [
+    "curl -s -X POST localhost:9200/_snapshot/repo/nightly/_restore",
+    "curl -s -X POST https://sandbox.plaid.com/item/public_token/exchange -d @req.json",
     # a program whose commands are options: the options before its first operand speak
     "gpg --full-generate-key",
     "gpg --batch --quick-generate-key 'Lena <lena@acme.io>' ed25519 sign 2y",
@@ -303,3 +308,11 @@ def test_a_programs_shell_runs_code_that_acts_by_its_methods(command: str, mutat
     leaves the decision to the tool's name."""
     assert classify_command(command).mutating is mutating
     assert classify_call("python_exec", json.dumps({"code": "db.orders.drop()"})).mutating is classify_call("python_exec", "{}").mutating
+
+
+def test_an_http_tool_posting_to_a_read_endpoint_reads() -> None:
+    """``POST /v1/records:batchGet`` and ``POST /accounts/balance/get`` are queries an RPC-style
+    API carries in a POST (PRINCIPLES §2: what ran decides); ``POST /v1/orders`` creates."""
+    assert classify_call("http", json.dumps({"method": "POST", "path": "/v1/records:batchGet"})).mutating is False
+    assert classify_call("plaid_request", json.dumps({"method": "POST", "url": "https://sandbox.plaid.com/accounts/balance/get"})).mutating is False
+    assert classify_call("http", json.dumps({"method": "POST", "path": "/v1/orders"})).mutating is True

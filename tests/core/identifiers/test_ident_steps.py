@@ -601,3 +601,37 @@ def test_a_value_named_after_another_handle_of_the_same_output_is_that_handle() 
     made = json.dumps({"id": pi, "client_secret": secret, "status": "requires_confirmation"})
     why = {i.value: i.why for i in _calls(("payments_create_intent", {"amount": 2500, "currency": "eur"}, made))}
     assert why[pi] == "2a" and why[secret] == "2a"
+
+
+def test_git_commands_that_write_no_commit_print_commits_that_exist() -> None:
+    """``git bisect`` checks out commits of a branch's history: it made none of them (§2a)
+    and they stay reachable after the next move (§3d), where ``git stash`` writes a
+    commit (§2a) and ``git reset --hard`` leaves the HEAD read before it unreachable (§2b)."""
+    a, b = "e3a9c17f0b2d4e6a8c5f1b3d7e9a2c4f6b8d0e13", "1c6f8a3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d1f24"
+    stash = "b7e41c9d2a6f08e35c1d97a4b2e6f0c83d5a1e29"
+    why = {
+        i.value: i.why
+        for i in _calls(
+            ("shell", {"cmd": "git stash push -u -m wip && git rev-parse stash@{0}"}, f"Saved working directory and index state On main: wip\n{stash}"),
+            ("shell", {"cmd": "git bisect start && git bisect bad && git bisect good v2.3.0"}, f"Bisecting: 11 revisions left to test after this (roughly 4 steps)\n[{a}] cache: move ttl parsing"),
+            ("shell", {"cmd": "make test >/dev/null; git bisect bad"}, f"Bisecting: 5 revisions left to test after this (roughly 3 steps)\n[{b}] cache: add metrics"),
+            ("shell", {"cmd": "git bisect reset && git stash pop"}, "Previous HEAD position was 1c6f8a3 cache: add metrics\nSwitched to branch 'main'"),
+        )
+    }
+    assert why[stash] == "2a"
+    assert not why[a].startswith("2") and not why[b].startswith("2")
+    head = "9d2b4f6a8c0e1d3f5a7b9c1e3d5f7a9b0c2e4f68"
+    reset = _calls(("shell", {"cmd": "git rev-parse HEAD"}, head), ("shell", {"cmd": "git reset --hard HEAD~3"}, "HEAD is now at 5e2b7a1 release 2.4"))
+    assert {i.why for i in reset if i.value == head} == {"2b"}
+
+
+def test_code_that_lists_commits_is_a_history_listing() -> None:
+    """``HfApi().list_repo_commits(…)`` is ``git log`` in code: its entries stay reachable
+    after an upload adds a commit (§3d), while the revision ``model_info`` read as the
+    repository's state before the upload is its rollback target (§2b)."""
+    head, older = "2d4f6a8c0e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f", "6b8d0f2a4c6e8a0b2d4f6a8c0e2b4d6f8a0c2e4b"
+    info = ("shell", {"cmd": "python -c \"from huggingface_hub import HfApi; i=HfApi().model_info('acme/m'); print(i.sha)\""}, head)
+    commits = ("shell", {"cmd": "python -c \"from huggingface_hub import HfApi; [print(c.commit_id, c.title) for c in HfApi().list_repo_commits('acme/m')]\""}, f"{head} v2.1 weights\n{older} model card")
+    upload = ("shell", {"cmd": "python -c \"from huggingface_hub import HfApi; print(HfApi().upload_folder(repo_id='acme/m', folder_path='out/v3'))\""}, "CommitInfo(oid='8c1f2e3d4b5a69788f7e6d5c4b3a29180f7e6d5c')")
+    why = {i.value: i.why for i in _calls(info, commits, upload)}
+    assert why[head] == "2b" and not why[older].startswith("2")
