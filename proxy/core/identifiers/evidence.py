@@ -431,9 +431,10 @@ def reference_nouns(text: str, start: int) -> frozenset[str]:
     return frozenset(w for w in words[:-1] if len(w) >= 3 and not w.isdigit() and w not in _GENERIC_NOUNS)
 
 
-#: git commands that write commits or tag objects: the shas they print are what they made.
+#: git commands that write commits or tag objects, or publish them (a push leaves the
+#: remote at commits it may never have held): the shas they print are what they made.
 _GIT_WRITERS = frozenset(
-    """commit merge rebase cherry-pick revert am stash pull commit-tree tag notes replace
+    """commit merge rebase cherry-pick revert am stash pull push commit-tree tag notes replace
     filter-branch filter-repo mktag hash-object""".split()
 )
 
@@ -441,7 +442,7 @@ _GIT_WRITERS = frozenset(
 @lru_cache(maxsize=1024)
 def moves_between_commits(command: str) -> bool:
     """A command line whose git commands write no commit (``bisect``, ``checkout``,
-    ``reset``, ``push``, ``fetch``) and whose other commands change nothing: the commits it
+    ``reset``, ``fetch``) and whose other commands change nothing: the commits it
     prints existed before it (PRINCIPLES §2a needs a handle to what the step made; §3d a
     listed commit stays reachable)."""
     gits = 0
