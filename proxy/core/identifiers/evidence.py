@@ -37,6 +37,7 @@ __all__ = [
     "is_history",
     "link_keys",
     "moves_between_commits",
+    "names_the_call",
     "output_says_changed",
     "preexisting_line",
     "prior_marked",
@@ -458,3 +459,24 @@ def moves_between_commits(command: str) -> bool:
         elif classify_command(" ".join(words)).mutating is True:
             return False
     return gits > 0
+
+
+#: Nouns of the call itself: the request, statement or query a step's output is the answer
+#: to, and its trace.
+_CALL_NOUNS = frozenset("request statement query trace correlation span".split())
+
+
+def names_the_call(text: str, start: int) -> bool:
+    """The value stands under a key naming the call that printed it (``statementHandle``,
+    ``request_id``, ``QueryExecutionId`` of a read): the read's own receipt, noise of
+    read-only output (PRINCIPLES §3d), no state of what a later change touches."""
+    if _CALL_PATH.search(text, max(0, start - 24), start):
+        return True  # its status URL: ``/api/v2/statements/<handle>``
+    label = _label_of(text, start)
+    if not label:
+        return False
+    words = [w.lower() for w in _KEY_WORDS.findall(label)]
+    return len(words) >= 2 and words[-1] in (_ID_WORDS | {"handle"}) and any(w in _CALL_NOUNS for w in words[:-1])
+
+
+_CALL_PATH = re.compile(r"/(?:statements|requests|queries|traces)/$")

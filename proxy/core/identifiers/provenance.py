@@ -50,6 +50,7 @@ from .commands import CallClass
 from .evidence import (
     identity_label,
     moves_between_commits,
+    names_the_call,
     preexisting_line,
     prior_marked,
     reference_nouns,
@@ -294,7 +295,7 @@ def _composed_of_others(value: str, step: Step, text: str) -> bool:
     low, hay = value.lower(), text.lower()
     times = hay.count(low)
     others = [e for e in step.out_values if e != low and len(e) >= 8 and e in low and hay.count(e) > times * low.count(e)]
-    return bool(pieces) and bool(others) and all(any(e in p for e in others) for p in pieces)
+    return bool(pieces) and bool(others) and all(any(p in e for e in others) for p in pieces)
 
 
 def _in(value: str, text: str) -> bool:
@@ -372,6 +373,8 @@ def _decide(
                 return "2b"
             if r.history or _in(value, r.args) or (klass == "version" and superseded(o)):
                 continue
+            if r.mutating is False and names_the_call(o.text, o.ident.start):
+                continue  # the read's own receipt (its statement handle, its request id)
             labelled = identity_label(o.text, o.ident.start)
             for w in _later_writes(r, steps):
                 if _in(value, w.args) or _restated(o.ident, w.output):

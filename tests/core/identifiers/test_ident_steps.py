@@ -635,3 +635,25 @@ def test_code_that_lists_commits_is_a_history_listing() -> None:
     upload = ("shell", {"cmd": "python -c \"from huggingface_hub import HfApi; print(HfApi().upload_folder(repo_id='acme/m', folder_path='out/v3'))\""}, "CommitInfo(oid='8c1f2e3d4b5a69788f7e6d5c4b3a29180f7e6d5c')")
     why = {i.value: i.why for i in _calls(info, commits, upload)}
     assert why[head] == "2b" and not why[older].startswith("2")
+
+
+def _snowflake(statement: str, handle: str) -> tuple[str, dict[str, object], str]:
+    out = json.dumps({"data": [["Statement executed successfully."]], "statementStatusUrl": f"/api/v2/statements/{handle}", "statementHandle": handle})
+    return ("snowflake_sql", {"statement": statement}, out)
+
+
+def test_a_reads_own_receipt_is_no_state_and_a_status_url_is_its_handle() -> None:
+    """A SELECT's ``statementHandle`` (and its status URL) is the read's own receipt, noise
+    of read-only output (§3d), not state the ALTER after it replaced; a DDL statement's
+    handle is what that statement left behind (§2a), and its status URL, which holds
+    nothing but that handle, is the same binding (§4)."""
+    select, swap = "01b4f3c6-0002-8d2f-0000-4a8b00135a40", "01b4f3c9-0002-8d2f-0000-4a8b00135b77"
+    why = {
+        i.value: i.why
+        for i in _calls(
+            _snowflake("SELECT COUNT(*) FROM MARTS.DIM_CUSTOMER_NEXT", select),
+            _snowflake("ALTER TABLE MARTS.DIM_CUSTOMER SWAP WITH MARTS.DIM_CUSTOMER_NEXT", swap),
+        )
+    }
+    assert not why[select].startswith("2") and not why[f"/api/v2/statements/{select}"].startswith("2")
+    assert why[swap] == "2a" and why[f"/api/v2/statements/{swap}"] == "3b"
