@@ -65,6 +65,7 @@ def _score(cases: list[HeldOutCase]) -> tuple[dict[str, float], list[str]]:
         "false_alarm": fp / (fp + tn) if fp + tn else 0.0,
         "n": len(cases),
         "destructive": tp + fn,
+        "missed": fn,
     }
     return m, misses
 
@@ -84,7 +85,7 @@ def test_heldout_corpus(batch: str, n: int, pytestconfig: pytest.Config) -> None
     lines = list(getattr(pytestconfig, REPORT_ATTR, None) or []) + [line] + [f"  {x}" for x in misses[:10]]
     setattr(pytestconfig, REPORT_ATTR, lines)
     assert kinds[True] > n // 4 and kinds[False] > n // 6
-    assert m["recall"] == 1.0, misses[:10]
+    assert m["recall"] == 1.0 and m["missed"] == 0, misses[:10]
     assert m["precision"] >= 0.98 and m["false_alarm"] <= 0.02, misses[:10]
 
 

@@ -416,18 +416,25 @@ def scope_reference(text: str, start: int, own: frozenset[str]) -> bool:
 #: Nouns too general to tell one reference from another (``KmsKeyId``: the KMS is what
 #: it names, not a key).
 _GENERIC_NOUNS = frozenset("key resource object item entity record external internal".split())
+#: Nouns of an entity's own state, not of another entity it refers to (``VersionId``,
+#: ``head_commit_id``): what a change of the entity itself moves.
+_STATE_NOUNS = frozenset(
+    """version revision generation etag sequence seq offset checksum digest hash head current
+    latest active deployed live state status target""".split()
+)
 
 
 def reference_nouns(text: str, start: int) -> frozenset[str]:
     """The nouns of the reference a value stands under (``requester_id`` → requester,
     ``KmsKeyId`` → kms, ``RotationLambdaARN`` → rotation, lambda), lower case; empty
-    for a bare identity key (``"id": …``) or no key at all. A change re-points such a
-    reference only by naming it (PRINCIPLES §2b)."""
+    for a bare identity key (``"id": …``), a key of the entity's own state
+    (``VersionId``: what a change of the entity moves) or no key at all. A change
+    re-points such a reference only by naming it (PRINCIPLES §2b)."""
     label = _label_of(text, start)
     if not label:
         return frozenset()
     words = [w.lower() for w in _KEY_WORDS.findall(label)]
-    if len(words) < 2 or words[-1] not in _ID_WORDS:
+    if len(words) < 2 or words[-1] not in _ID_WORDS or any(w in _STATE_NOUNS for w in words):
         return frozenset()
     return frozenset(w for w in words[:-1] if len(w) >= 3 and not w.isdigit() and w not in _GENERIC_NOUNS)
 

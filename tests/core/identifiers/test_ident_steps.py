@@ -657,3 +657,19 @@ def test_a_reads_own_receipt_is_no_state_and_a_status_url_is_its_handle() -> Non
     }
     assert not why[select].startswith("2") and not why[f"/api/v2/statements/{select}"].startswith("2")
     assert why[swap] == "2a" and why[f"/api/v2/statements/{swap}"] == "3b"
+
+
+def test_an_entitys_own_version_is_its_state_not_a_reference() -> None:
+    """``VersionId`` names no other entity: it is the object's state, which a ``put-object``
+    replaces without naming it (§2b), unlike a reference such as ``KmsKeyId``."""
+    prior, key = "B2oueEMtrtpkPMTpZLBgveg1z6MxYt86", "arn:aws:kms:us-east-1:111122223333:key/2c4e6a8b-0d1f-4e3a-9b5c-7d9e1f3a5b7c"
+    head = json.dumps({"ContentLength": 2211, "VersionId": prior, "SSEKMSKeyId": key})
+    put = json.dumps({"ETag": '"7c8051d75ba9e2912dc6790a8b18b819"', "VersionId": "oMEHb6kjdhVewz89IyIrFmEqdht2B0jh"})
+    why = {
+        i.value: i.why
+        for i in _calls(
+            ("bash", {"command": "aws s3api head-object --bucket acme-config --key prod/app.json"}, head),
+            ("bash", {"command": "aws s3api put-object --bucket acme-config --key prod/app.json --body build/app.json"}, put),
+        )
+    }
+    assert why[prior] == "2b" and why[key] != "2b"
