@@ -673,3 +673,13 @@ def test_an_entitys_own_version_is_its_state_not_a_reference() -> None:
         )
     }
     assert why[prior] == "2b" and why[key] != "2b"
+
+
+def test_a_short_number_under_a_bare_id_key_is_what_a_create_made() -> None:
+    """``{"id":84127,"message":"Annotation added"}``: five digits under ``id`` are the new
+    annotation's identifier (§1, §2a); the same under ``port`` or with four digits is not."""
+    out = '{"id":84127,"message":"Annotation added"}'
+    cmd = "curl -s -X POST https://grafana.acme.dev/api/annotations -d '{\"dashboardUID\":\"cdlxq9k2m4pz\",\"text\":\"canary start\"}'"
+    why = {i.value: i.why for i in _calls(("bash", {"command": cmd}, out))}
+    assert why["84127"] == "2a"
+    assert "4821" not in {i.value for i in _calls(("bash", {"command": cmd}, '{"id":4821}'))}
