@@ -1,4 +1,4 @@
-"""The probe corpora (``tests/corpus/probe`` and ``probe2``, see their READMEs):
+"""The probe corpora (``tests/corpus/probe``, ``probe2`` and ``probe4``, see their READMEs):
 transitions the gate does not all judge right yet. The level reached is a floor — a
 change that judges fewer of them right, or raises a false alarm on more of the safe ones,
 is a step back in how the rules generalise."""
@@ -18,8 +18,9 @@ HERE = Path(__file__).parent
 #: corpus -> (cases, verdicts right at least, false alarms at most), when each floor was
 #: last raised (session 41: probe 85 of 87 with 2 false alarms of 36 safe transitions;
 #: probe2, written in session 39 by someone reading only PRINCIPLES.md, 75 of 80 with 3
-#: of 37 — it measured 52 of 80 on the rules as they were before it was read).
-FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3)}
+#: of 37 — it measured 52 of 80 on the rules as they were before it was read; probe4,
+#: written in session 41 the same way, 62 of 80 with 14 of 38 — it measured 54 of 80).
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 62, 14)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))
