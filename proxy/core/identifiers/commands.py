@@ -208,7 +208,8 @@ _WRAPPER_WORDS = frozenset({"cli", "tool", "run", "exec", "execute", "command", 
 def _wrapped_command(words: list[str], cmd: str) -> CallClass | None:
     """The class of a CLI-wrapping tool's command: ``{"command": "get pods"}`` on a tool
     named ``kubectl`` (or ``aws_cli``, ``run_kubectl``) runs ``kubectl get pods`` — if
-    the shell classifier knows that program's words."""
+    the shell classifier knows that program's words; a tool named only for running
+    (``run``) runs its command as a command line."""
     first = cmd.split()[0].rsplit("/", 1)[-1]
     for w in words:
         if w in _WRAPPER_WORDS:
@@ -216,6 +217,10 @@ def _wrapped_command(words: list[str], cmd: str) -> CallClass | None:
         c = classify_command(cmd if first == w else f"{w} {cmd}")
         if c.mutating is not None:
             return c
+    if words and all(w in _WRAPPER_WORDS for w in words):
+        # named only for running (``run``, ``exec_tool``): its command is a command line
+        c = classify_command(cmd)
+        return c if c.mutating is not None else None
     return None
 
 

@@ -316,3 +316,21 @@ def test_an_http_tool_posting_to_a_read_endpoint_reads() -> None:
     assert classify_call("http", json.dumps({"method": "POST", "path": "/v1/records:batchGet"})).mutating is False
     assert classify_call("plaid_request", json.dumps({"method": "POST", "url": "https://sandbox.plaid.com/accounts/balance/get"})).mutating is False
     assert classify_call("http", json.dumps({"method": "POST", "path": "/v1/orders"})).mutating is True
+
+
+def test_a_tool_named_only_for_running_runs_its_command_line() -> None:
+    """A tool called ``run`` (or ``exec_tool``) says nothing of what it does but that it
+    runs its ``command``: the command line decides (PRINCIPLES §2), a listing reads."""
+    listing = json.dumps({"command": "gcloud compute snapshots list --project=acme-ci --limit=3"})
+    assert classify_call("run", listing).mutating is False
+    assert classify_call("exec_tool", json.dumps({"command": "gcloud compute disks create d1 --zone=us-central1-a"})).mutating is True
+    assert classify_call("run", json.dumps({"workflow": "nightly"})).mutating is True  # no command line: its verb
+
+
+def test_algorithm_names_are_no_ticket_keys() -> None:
+    from proxy.core.dialects import from_openai_chat
+    from proxy.core.identifiers import extract_snapshot
+
+    text = "Warning: Permanently added 'compute.6028411937765120934' (ED25519) to the list of known hosts; key type CV25519."
+    found = extract_snapshot(from_openai_chat({"messages": [{"role": "user", "content": text}]}), cache=None)
+    assert not [i.value for i in found if i.kind == "ticket_id"]
