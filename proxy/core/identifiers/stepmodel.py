@@ -135,6 +135,15 @@ def _last_action(
     return None
 
 
+def _span(t: TextStep) -> tuple[int, int]:
+    return min(t.args_start, t.out_start), max(t.args_end, t.out_end)
+
+
+def _overlaps(t: TextStep, start: int, end: int) -> bool:
+    a, z = _span(t)
+    return a < end and z > start
+
+
 def join_observations(
     msgs: Sequence[Message],
     part_text: Callable[[int, int], str],
@@ -159,10 +168,14 @@ def join_observations(
         parts[(mi - 1, api)][k] = (ts, joined)
         parts[(mi, opi)] = [(TextStep(start, start, start, len(text), ts.tool, ts.command), joined)]
         steps[:] = [joined if s is old else s for s in steps]
-    # output a user pasted because an assistant asked for it: the asked command's step
-    for key, pts, pasted, replaced in list(_join_pasted(msgs, part_text, pieces)):
-        parts[key] = [(pts, pasted)]
-        steps[:] = [pasted if s is replaced[0] else s for s in steps if s is replaced[0] or all(s is not r for r in replaced)]
+    # output a user pasted because an assistant gave it the command: one step
+    for akey, ats, rkey, rts, joined in list(_join_pasted(msgs, part_text, pieces)):
+        # the assistant's pieces around the command stay; the one holding it is the new step
+        kept = [(t, st) for t, st in pieces(*akey) if not _overlaps(t, ats.args_start, ats.args_end)]
+        gone = [st for t, st in pieces(*akey) if _overlaps(t, ats.args_start, ats.args_end)] + [st for _, st in pieces(*rkey)]
+        parts[akey] = sorted([*kept, (ats, joined)], key=lambda x: _span(x[0])[0])
+        parts[rkey] = [(rts, joined)]
+        steps[:] = [st for st in steps if all(st is not g for g in gone)] + [joined]
 
 
 #: An assistant's request that the user run something and paste what it printed (an agent
@@ -171,48 +184,68 @@ _PASTE_ASK = re.compile(
     r"(?i)\bpaste\b[^.\n]{0,60}?\b(?:output|print(?:s|ed)?|result|returns?|says|shows|gives)\b"
     r"|\b(?:send|show|share|give)\s+me\s+(?:the|its|what)\b[^.\n]{0,30}?\b(?:output|prints?|printed|result|returns?|says)\b"
 )
+#: A user's word that it runs what it is given and pastes the output (an aider-style chat:
+#: ``Give me the curl commands one at a time; I'll paste the output``).
+_PASTE_OFFER = re.compile(r"(?i)\bI(?:'ll| will)\s+(?:run\b[^.\n]{0,60}?\band\s+)?paste\b")
 _CODE_SPAN = re.compile(r"```[^\n]*\n(?P<block>.*?)```|`(?P<inline>[^`\n]+)`", re.S)
 _COMMAND_LIKE = re.compile(r"^[A-Za-z][\w.\-]*\s+\S")
 
 
-def _asked_command(text: str) -> tuple[str | None, bool]:
-    """(the command, whether the text asks for its output): the last code span before an
-    assistant's request to paste what a command printed."""
+def _asked_command(text: str, offered: bool) -> tuple[str, int, int] | None:
+    """The command a message gives to be run and pasted, with its span: the last code
+    span before its request to paste what it printed, or, when the user offered to paste
+    (``offered``), the last code span of the message."""
     ask = _PASTE_ASK.search(text)
-    if ask is None:
-        return None, False
-    command = None
-    for m in _CODE_SPAN.finditer(text, 0, ask.start()):
-        code = (m.group("block") if m.group("block") is not None else m.group("inline")).strip()
-        if _COMMAND_LIKE.match(code):
-            command = code
-    return command, True
+    if ask is None and not offered:
+        return None
+    found = None
+    for m in _CODE_SPAN.finditer(text, 0, ask.start() if ask is not None else len(text)):
+        g = "block" if m.group("block") is not None else "inline"
+        code = m.group(g)
+        if _COMMAND_LIKE.match(code.strip()):
+            lead = len(code) - len(code.lstrip())
+            found = (code.strip(), m.start(g) + lead, m.start(g) + lead + len(code.strip()))
+    return found
 
 
 def _join_pasted(
     msgs: Sequence[Message],
     part_text: Callable[[int, int], str],
     pieces: Callable[[int, int], list[tuple[TextStep, Step]]],
-) -> Iterator[tuple[tuple[int, int], TextStep, Step, list[Step]]]:
-    """A user's reply to an assistant that asked it to run a command and paste what it
-    printed is that command's output, when the reply marks no step of its own (no
-    ``$ cmd``, no ``Output:``): one step, judged by the command and by what the output
-    says (``public and secret key created``), as a tool's result is. Yields (part, its
-    text step, the joined step, the steps it replaces)."""
+) -> Iterator[tuple[tuple[int, int], TextStep, tuple[int, int], TextStep, Step]]:
+    """A user's reply to an assistant that gave it a command to run and paste (asked for
+    its output, or the user offered to paste what it runs) is that command's output, when
+    the reply marks no step of its own (no ``$ cmd``, no ``Output:``): one step, whose
+    arguments are the command in the assistant's text (an idempotency key it wrote there is
+    first written into a state-changing call: PRINCIPLES §2c) and whose output is the
+    reply, judged by the command and by what the output says (``public and secret key
+    created``), as a tool's result is. Yields (assistant part, its text step, reply part,
+    its text step, the joined step)."""
+    offered = False
     for mi in range(1, len(msgs)):
-        if msgs[mi].role != "user" or msgs[mi - 1].role != "assistant":
+        prev = msgs[mi - 1]
+        if prev.role == "user":
+            offered = offered or any(_PASTE_OFFER.search(p.text) for p in prev.parts if p.kind in TEXTUAL_KINDS and p.text)
+        if msgs[mi].role != "user" or prev.role != "assistant":
             continue
-        asked = [p.text for p in msgs[mi - 1].parts if p.kind in TEXTUAL_KINDS and p.kind != "tool_call" and p.text]
-        command, asks = _asked_command("\n".join(asked)) if asked else (None, False)
-        if not asks:
+        asked = None
+        for api in range(len(prev.parts) - 1, -1, -1):
+            p = prev.parts[api]
+            if p.kind in TEXTUAL_KINDS and p.kind != "tool_call" and p.text:
+                got = _asked_command(part_text(mi - 1, api), offered)
+                if got is not None:
+                    asked = (api, got)
+                    break
+        if asked is None:
             continue
+        api, (command, a0, a1) = asked
         for pi, p in enumerate(msgs[mi].parts):
             if p.kind not in TEXTUAL_KINDS or p.kind == "tool_call" or not p.text.strip():
                 continue
-            got = pieces(mi, pi)
-            if any(s.tool is not None or s.command is not None for _, s in got):
+            if any(s.tool is not None or s.command is not None for _, s in pieces(mi, pi)):
                 break  # the reply marks its own steps
             text = part_text(mi, pi)
-            ts = TextStep(0, 0, 0, len(text), None if command else PASTED_OUTPUT, command)
-            yield (mi, pi), ts, text_step(mi, pi, text, ts), [s for _, s in got]
+            ask_ts = TextStep(a0, a1, a1, a1, None, command)
+            joined = text_step(mi - 1, api, part_text(mi - 1, api), ask_ts, observed=text)
+            yield (mi - 1, api), ask_ts, (mi, pi), TextStep(0, 0, 0, len(text), None, command), joined
             break

@@ -683,3 +683,21 @@ def test_a_short_number_under_a_bare_id_key_is_what_a_create_made() -> None:
     why = {i.value: i.why for i in _calls(("bash", {"command": cmd}, out))}
     assert why["84127"] == "2a"
     assert "4821" not in {i.value for i in _calls(("bash", {"command": cmd}, '{"id":4821}'))}
+
+
+def test_a_command_given_to_a_user_who_pastes_its_output_is_a_step_with_arguments() -> None:
+    """A user who offered to paste what it runs, an assistant that gives a ``curl … POST``
+    with an idempotency key it made up, and the pasted reply: one state-changing step, so
+    the key is first written into its arguments (§2c) and the order id it returned is
+    minted (§2a). Without the offer or a request to paste, the code block is only text."""
+    key, order = "0f6c2d9e-7a41-4b83-95e0-c3d8a1b7f264", "Tj6bQ3xW9kLmP2rYv8NcH5sDf7GzE"
+    give = (
+        "First create the order:\n\n```bash\ncurl -s https://connect.squareupsandbox.com/v2/orders -X POST "
+        f"-H 'Content-Type: application/json' -d '{{\"idempotency_key\": \"{key}\", \"order\": {{\"location_id\": \"LH2B6Y8X0RW3E\"}}}}'\n```"
+    )
+    reply = json.dumps({"order": {"id": order, "location_id": "LH2B6Y8X0RW3E", "state": "OPEN"}})
+    offer = "Bill the cafe through a Square order. Give me the curl commands one at a time; I'll paste the output."
+    why = {i.value: i.why for i in _snap(("user", offer), ("assistant", give), ("user", reply))}
+    assert why[key] == "2c" and why[order] == "2a"
+    plain = {i.value: i.regenerable for i in _snap(("user", "Bill the cafe through a Square order."), ("assistant", give), ("user", reply))}
+    assert plain[key] and plain[order]
