@@ -19,8 +19,8 @@ HERE = Path(__file__).parent
 #: last raised (session 41: probe 85 of 87 with 2 false alarms of 36 safe transitions;
 #: probe2, written in session 39 by someone reading only PRINCIPLES.md, 75 of 80 with 3
 #: of 37 — it measured 52 of 80 on the rules as they were before it was read; probe4,
-#: written in session 41 the same way, 65 of 80 with 12 of 38 — it measured 54 of 80).
-FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 65, 12)}
+#: written in session 41 the same way, 66 of 80 with 12 of 38 — it measured 54 of 80).
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 66, 12)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))

@@ -82,7 +82,9 @@ SQL_MUT_RE = re.compile(
     r"\b(?:insert\s+into|update\s+\w[\w.\"]*\s+set|delete\s+from|create\s+(?:or\s+replace\s+)?(?:table|index|unique|database|schema|role|user|view|extension|sequence|function|trigger|type|materialized|publication|subscription|policy|domain|procedure|event|rule|server|tablespace|aggregate|collation|statistics|temp|temporary)|"
     r"drop\s+\w+|alter\s+\w+|truncate\b|grant\b|revoke\b|merge\s+into|upsert\b|copy\s+\S+\s+from|vacuum\b|reindex\b|cluster\b|"
     r"pg_terminate_backend|pg_drop_replication_slot|pg_create_\w+|set\s+(?:global|persist)|reset\s+master|purge\s+binary|"
-    r"change\s+(?:master|replication)|start\s+(?:slave|replica)|stop\s+(?:slave|replica)|call\s+\w+|do\s+\$\$|begin\b[\s\S]*?\bcommit\b)",
+    r"change\s+(?:master|replication)|start\s+(?:slave|replica)|stop\s+(?:slave|replica)|call\s+\w+|do\s+\$\$|begin\b[\s\S]*?\bcommit\b|"
+    r"import\s+(?:into|table)|backup\s+(?:into|database|table)|restore\s+(?:from|database|table)|load\s+data|"
+    r"refresh\s+materialized|(?:cancel|pause|resume)\s+jobs?\b)",
     re.I,
 )
 SQL_RO_RE = re.compile(r"(?:\bselect\b|\bshow\b|\bexplain\b|\bdescribe\b|\\d\w*|\\l\b|\\dt|\bwith\b[\s\S]+\bselect\b)", re.I)

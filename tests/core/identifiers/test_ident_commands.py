@@ -10,6 +10,7 @@ from proxy.core.identifiers import classify_call, classify_command, command_of, 
 from proxy.core.identifiers.evidence import creates
 
 READ_ONLY = [
+    "cockroach sql -e \"SELECT job_id, status FROM [SHOW JOBS] WHERE job_id = 972384511809765377\"",
     # RPC-style endpoints named by a read verb read, whatever method carries them
     "curl -s https://sandbox.plaid.com/accounts/balance/get -H 'Content-Type: application/json' -d @req.json",
     "curl -s -XPOST 'localhost:9200/orders/_search?size=5' -d '{\"query\": {\"match_all\": {}}}'",
@@ -70,6 +71,9 @@ READ_ONLY = [
 ]
 
 MUTATING = [
+    # SQL statements that start jobs or load data change state
+    "cockroach sql --url \"$CRDB_URL\" -e \"IMPORT INTO orders (id) CSV DATA ('s3://x/p.csv') WITH detached\"",
+    "cockroach sql -e \"BACKUP INTO 's3://acme-backups/crdb' WITH detached\"",
     "curl -s -X POST localhost:9200/_snapshot/repo/nightly/_restore",
     "curl -s -X POST https://sandbox.plaid.com/item/public_token/exchange -d @req.json",
     # a program whose commands are options: the options before its first operand speak

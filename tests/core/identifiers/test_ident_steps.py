@@ -701,3 +701,14 @@ def test_a_command_given_to_a_user_who_pastes_its_output_is_a_step_with_argument
     assert why[key] == "2c" and why[order] == "2a"
     plain = {i.value: i.regenerable for i in _snap(("user", "Bill the cafe through a Square order."), ("assistant", give), ("user", reply))}
     assert plain[key] and plain[order]
+
+
+def test_a_detached_jobs_id_in_a_one_column_result_is_what_it_started() -> None:
+    """``IMPORT … WITH detached`` prints its job id as a one-column SQL result under
+    ``job_id``: minted (§2a); a ``count`` printed the same way is no identifier."""
+    job = "972384511809765377"
+    out = f"        job_id\n----------------------\n  {job}\n(1 row)\n\nTime: 118ms"
+    cmd = "cockroach sql --url \"$CRDB_URL\" -e \"IMPORT INTO orders (id, total) CSV DATA ('s3://acme/p1.csv') WITH detached\""
+    assert {i.why for i in _calls(("execute_bash", {"command": cmd}, out)) if i.value == job} == {"2a"}
+    counted = _calls(("execute_bash", {"command": "cockroach sql -e \"SELECT count(*) FROM orders\""}, "  count\n---------\n  4182207\n(1 row)"))
+    assert [i.value for i in counted] == []
