@@ -122,8 +122,10 @@ def code_verb(code: str, *, bare_methods_act: bool = False) -> str | None:
 
     A bare verb (``set()``, ``x.update()``, ``s.replace()``) is in general code a builtin
     as often as a change, so it leaves the answer unknown — except, with
-    ``bare_methods_act``, a method of the API a program's own shell runs
-    (``mongosh --eval 'db.orders.drop()'``: a method of that program's data acts on it)."""
+    ``bare_methods_act``, a method call in code given to a program on its command line
+    (``mongosh --eval 'db.orders.drop()'``, ``python -c '…os.remove(p)'``), where the
+    program's API is what the code calls; a code-running tool's code gets no such
+    presumption (its name decides)."""
     reads = bare_write = False
     for m in _CALLED.finditer(code[:20000]):
         words = name_words(m.group(1))

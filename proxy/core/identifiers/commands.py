@@ -39,7 +39,7 @@ from .callkinds import (
     name_words,
     phrasal_verb,
 )
-from .programs import SQL_MUT_RE, SQL_RO_RE, posts_a_read, sql_text_class
+from .programs import SQL_MUT_RE, SQL_RO_RE, posts_a_read, sql_text_class, writes_in_body
 from .shell import classify_chain, file_domain, split_segments
 
 __all__ = [
@@ -271,7 +271,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     method = args.get("method")
     if isinstance(method, str) and method.upper() in ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"):
         target = next((v for k in ("path", "url", "endpoint", "uri") if isinstance(v := args.get(k), str)), "")
-        ro = method.upper() in ("GET", "HEAD", "OPTIONS") or (method.upper() == "POST" and posts_a_read(target))
+        ro = method.upper() in ("GET", "HEAD", "OPTIONS") or (method.upper() == "POST" and posts_a_read(target) and not writes_in_body(arguments))
         return CallClass(not ro, None, frozenset(domains | {"http"}), f"{base} {method.upper()}")
     # code-running tools: {"code": "mlflow.get_run(…)"}, {"script": "db.x.insertOne(…)"}
     for k in _CODE_KEYS:

@@ -30,6 +30,7 @@ from typing import Any
 
 from .callkinds import CREATE_VERBS, MODIFY_VERBS, name_words, phrasal_verb
 from .commands import classify_command, split_segments
+from .programs import GIT_OPTS_WITH_ARG, positional
 
 __all__ = [
     "creates",
@@ -257,7 +258,7 @@ def _link_keys(tool: str | None, command: str | None, args: str, domains: frozen
 
 _HISTORY_WORDS = frozenset({"log", "logs", "history", "reflog", "shortlog", "whatchanged", "events", "audit", "journal", "journalctl"})
 #: Words of a call in code that lists a history (``list_repo_commits``, ``get_history``).
-_HISTORY_CALL_WORDS = _HISTORY_WORDS | {"commits"}
+_HISTORY_CALL_WORDS = frozenset({"history", "commits", "reflog", "shortlog", "audit"})  # not ``console.log``
 _CALL_NAME = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
 
 
@@ -443,7 +444,7 @@ def reference_nouns(text: str, start: int) -> frozenset[str]:
 #: remote at commits it may never have held): the shas they print are what they made.
 _GIT_WRITERS = frozenset(
     """commit merge rebase cherry-pick revert am stash pull push commit-tree tag notes replace
-    filter-branch filter-repo mktag hash-object""".split()
+    filter-branch filter-repo fast-import subtree mktag hash-object""".split()
 )
 
 
@@ -459,7 +460,7 @@ def moves_between_commits(command: str) -> bool:
         if not words:
             continue
         if words[0] == "git":
-            sub = next((w for w in words[1:] if not w.startswith("-")), "")
+            sub = next(iter(positional(words[1:], GIT_OPTS_WITH_ARG)), "")
             if sub in _GIT_WRITERS:
                 return False
             gits += 1
@@ -483,7 +484,10 @@ def names_the_call(text: str, start: int) -> bool:
     if not label:
         return False
     words = [w.lower() for w in _KEY_WORDS.findall(label)]
-    return len(words) >= 2 and words[-1] in (_ID_WORDS | {"handle"}) and any(w in _CALL_NOUNS for w in words[:-1])
+    nouns = [w for w in words[:-1] if w not in ("x", "amzn")]  # x-request-id, x-amzn-trace-id
+    # the key names the call alone (``request_id``), not a thing named after one
+    # (``saved_query_id``, ``change_request_id``)
+    return len(words) >= 2 and words[-1] in (_ID_WORDS | {"handle"}) and len(nouns) == 1 and nouns[0] in _CALL_NOUNS
 
 
 _CALL_PATH = re.compile(r"/(?:statements|requests|queries|traces)/$")

@@ -55,7 +55,7 @@ _GIT_MUT = frozenset(
 #: they get the domain ``git:additive`` and do not trigger read-before-write.
 _GIT_ADDITIVE = frozenset({"add", "commit", "push", "pull", "clone", "init", "gc", "revert", "cherry-pick", "am", "merge", "checkout", "switch", "bisect"})
 _GIT_REWRITE_FLAGS = frozenset({"--amend", "-f", "--force", "--force-with-lease", "--delete", "-d", "--mirror", "--prune", "--ff-only", "--rebase", "-r"})
-_GIT_OPTS_WITH_ARG = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+GIT_OPTS_WITH_ARG = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 
 _KUBECTL_RO = frozenset(
     """get describe logs log top explain api-resources api-versions version cluster-info diff
@@ -123,14 +123,14 @@ def positional(args: list[str], opts_with_arg: frozenset[str] = frozenset()) -> 
 
 
 def git(args: list[str]) -> Seg:
-    pos = positional(args, _GIT_OPTS_WITH_ARG)
+    pos = positional(args, GIT_OPTS_WITH_ARG)
     if not pos:
         return ro("git", "git")
     sub, rest = pos[0], args[args.index(pos[0]) + 1 :]
     rest_pos = positional(rest)
     if sub in _GIT_RO:
         return ro(f"git {sub}", "git")
-    if sub in _GIT_ADDITIVE and not (set(rest) & _GIT_REWRITE_FLAGS):
+    if sub in _GIT_ADDITIVE and not (set(rest) & _GIT_REWRITE_FLAGS) and not (sub in ("checkout", "switch") and set(rest) & {"-B", "-C", "--force-create"}):
         # adds history without moving or discarding what was read before
         return mut(f"git {sub}", "git:additive")
     if sub in _GIT_MUT:
@@ -448,7 +448,7 @@ def curl(args: list[str], prog: str) -> Seg:
             method = pos[0].upper()
     if method in (None, "GET", "HEAD", "OPTIONS"):
         return ro(f"{prog} {method or 'GET'}", "http")
-    if method == "POST" and any(posts_a_read(a) for a in positional(args, _CURL_OPTS_WITH_ARG)):
+    if method == "POST" and any(posts_a_read(a) for a in positional(args, _CURL_OPTS_WITH_ARG)) and not any(writes_in_body(a) for a in args):
         return ro(f"{prog} POST (read endpoint)", "http")
     return mut(f"{prog} {method}", "http")
 
@@ -462,6 +462,12 @@ _CURL_OPTS_WITH_ARG = frozenset(
 _READ_ENDPOINT = re.compile(
     r"(?i)(?:/|:|/_)(?:get|list|search|msearch|query|lookup|describe|find|count|batch[-_]?get|retrieve|fetch|validate|explain|preview)(?:[?#].*)?$"
 )
+
+
+def writes_in_body(text: str) -> bool:
+    """A request body that changes state whatever endpoint carries it: a SQL write
+    (``q=DROP DATABASE metrics``) or a GraphQL mutation."""
+    return SQL_MUT_RE.search(text) is not None or re.search(r"\bmutation\b", text) is not None
 
 
 def posts_a_read(url: str) -> bool:

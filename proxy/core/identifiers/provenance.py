@@ -257,7 +257,7 @@ _ARG_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 #: A change whose arguments point at its configuration elsewhere (``-f app.yaml``,
 #: ``file://…``, ``@body.json``) states nothing of what it changes itself.
 _CONFIG_ELSEWHERE = re.compile(
-    r"(?:^|\s)(?:-f|--filename|--file|--values|-c|--config|--cli-input-json|--template-body|-var-file)(?:\s|=)"
+    r"(?:^|\s)(?:-f|--filename|--file|--values|--config|--cli-input-json|--template-body|-var-file)(?:\s|=)"
     r"|file://|(?:^|[\s\"'=])@[\w./\-]+\.(?:json|ya?ml)"
 )
 
@@ -269,7 +269,12 @@ def _stated(args: str) -> frozenset[str] | None:
     arguments, or a configuration file (``terraform apply``, ``kubectl apply -f``)."""
     if not args.strip() or _CONFIG_ELSEWHERE.search(args):
         return None
-    return frozenset(w.lower() for w in _ARG_WORDS.findall(args))
+    return _stated_words(args)
+
+
+@lru_cache(maxsize=1024)
+def _stated_words(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _ARG_WORDS.findall(text))
 
 
 def _unnamed_reference(o: _Occ, write: Step) -> bool:
@@ -280,7 +285,8 @@ def _unnamed_reference(o: _Occ, write: Step) -> bool:
     if not nouns:
         return False
     stated = _stated(write.command or write.args)
-    return stated is not None and not (nouns & stated)
+    # the tool's name says what it changes too (``update_ticket_requester``)
+    return stated is not None and not (nouns & (stated | _stated_words(write.tool or "")))
 
 
 _RUNS = re.compile(r"[A-Za-z0-9]+")
@@ -292,10 +298,42 @@ def _composed_of_others(value: str, step: Step, text: str) -> bool:
     beside the fingerprint): the value is that identifier in a record (PRINCIPLES §4: the
     binding is the identifying token), not a handle of its own."""
     pieces = [p.lower() for p in _RUNS.findall(value) if has_opaque_part(p)]
-    low, hay = value.lower(), text.lower()
+    if not pieces:
+        return False
+    low = value.lower()
+    inside = [e for e in _values_inside(low, step) if e != low]
+    if not inside:
+        return False
+    hay = _lower(text)
     times = hay.count(low)
-    others = [e for e in step.out_values if e != low and len(e) >= 8 and e in low and hay.count(e) > times * low.count(e)]
-    return bool(pieces) and bool(others) and all(any(p in e for e in others) for p in pieces)
+    others = [e for e in inside if hay.count(e) > times * low.count(e)]
+    return bool(others) and all(any(p in e for e in others) for p in pieces)
+
+
+@lru_cache(maxsize=64)
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+def _values_inside(low: str, step: Step) -> list[str]:
+    """The values of ``step``'s output that occur inside ``low``, found through an index
+    of the output's values by their alphanumeric runs (built once per step), not by a scan
+    of every value."""
+    if step.run_index is None:
+        index: dict[str, list[str]] = {}
+        for e in step.out_values:
+            if len(e) >= 8:
+                for r in set(_RUNS.findall(e)):
+                    index.setdefault(r, []).append(e)
+        step.run_index = index
+    seen: set[str] = set()
+    out: list[str] = []
+    for r in set(_RUNS.findall(low)):
+        for e in step.run_index.get(r, ()):
+            if e not in seen and e in low:
+                seen.add(e)
+                out.append(e)
+    return out
 
 
 def _in(value: str, text: str) -> bool:

@@ -142,11 +142,6 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
             if verb is not None:
                 return Seg(verb != "read", seg.domains, f"{seg.reason} (code {verb})")
     words += [w.lower() for a in positional(args)[:3] for w in _CLI_SPLIT.split(a) if w and "/" not in a and "=" not in a]
-    if args and args[0].startswith("--"):
-        # a program whose commands are options (``gpg --full-generate-key``, ``gpg --list-keys``):
-        # the long options before its first operand
-        lead = itertools.takewhile(lambda a: a.startswith("-"), args)
-        words += [w.lower() for a in lead if a.startswith("--") for w in _CLI_SPLIT.split(a.split("=", 1)[0]) if w]
     if flags & _ASYNC_FLAGS:
         # run in the background: even a query starts a job, and its id is what it made
         return Seg(True, seg.domains, f"{seg.reason} (async)")
@@ -162,6 +157,19 @@ def _generic_cli(prog: str, args: list[str], seg: Seg) -> Seg:
             return Seg(True, seg.domains, f"{seg.reason} (verb {w})")
         if w in READ_VERBS:
             return Seg(False, seg.domains, f"{seg.reason} (verb {w})")
+    if args and args[0].startswith("--"):
+        # nothing else spoke: a program whose commands are options (``gpg
+        # --full-generate-key``, ``gpg --list-keys``) — the long options before its first
+        # operand, a write verb over a read one (``--show-diff`` modifies, ``--import``
+        # acts), ``--no-…`` options left out
+        lead = [a for a in itertools.takewhile(lambda a: a.startswith("-"), args) if a.startswith("--") and not a.startswith("--no-")]
+        opts = [w.lower() for a in lead for w in _CLI_SPLIT.split(a.split("=", 1)[0]) if w]
+        acts = [w for w in opts if w in WRITE_VERBS or w in CLI_WRITE_VERBS]
+        if acts:
+            return Seg(True, seg.domains, f"{seg.reason} (option {acts[0]})")
+        looks = [w for w in opts if w in _STRICT_READ or w in READ_VERBS]
+        if looks:
+            return Seg(False, seg.domains, f"{seg.reason} (option {looks[0]})")
     return seg
 
 

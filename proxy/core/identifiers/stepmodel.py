@@ -40,6 +40,8 @@ class Step:
     out_values: set[str] = field(default_factory=set)
     #: Later state-changing steps that link to this one (computed on demand).
     later: list[Step] | None = None
+    #: ``out_values`` by their alphanumeric runs (built on demand, by provenance).
+    run_index: dict[str, list[str]] | None = None
 
 
 def _mutating(cls_mut: bool | None, output: str) -> bool | None:
@@ -169,13 +171,18 @@ def join_observations(
         parts[(mi, opi)] = [(TextStep(start, start, start, len(text), ts.tool, ts.command), joined)]
         steps[:] = [joined if s is old else s for s in steps]
     # output a user pasted because an assistant gave it the command: one step
+    gone: set[int] = set()
+    added: list[Step] = []
     for akey, ats, rkey, rts, joined in list(_join_pasted(msgs, part_text, pieces)):
         # the assistant's pieces around the command stay; the one holding it is the new step
         kept = [(t, st) for t, st in pieces(*akey) if not _overlaps(t, ats.args_start, ats.args_end)]
-        gone = [st for t, st in pieces(*akey) if _overlaps(t, ats.args_start, ats.args_end)] + [st for _, st in pieces(*rkey)]
+        gone.update(id(st) for t, st in pieces(*akey) if _overlaps(t, ats.args_start, ats.args_end))
+        gone.update(id(st) for _, st in pieces(*rkey))
         parts[akey] = sorted([*kept, (ats, joined)], key=lambda x: _span(x[0])[0])
         parts[rkey] = [(rts, joined)]
-        steps[:] = [st for st in steps if all(st is not g for g in gone)] + [joined]
+        added.append(joined)
+    if added:
+        steps[:] = [st for st in steps if id(st) not in gone] + added
 
 
 #: An assistant's request that the user run something and paste what it printed (an agent
@@ -186,21 +193,25 @@ _PASTE_ASK = re.compile(
 )
 #: A user's word that it runs what it is given and pastes the output (an aider-style chat:
 #: ``Give me the curl commands one at a time; I'll paste the output``).
-_PASTE_OFFER = re.compile(r"(?i)\bI(?:'ll| will)\s+(?:run\b[^.\n]{0,60}?\band\s+)?paste\b")
+_PASTE_OFFER = re.compile(
+    r"(?i)\bI(?:'ll| will)\s+(?:run\b[^.\n]{0,60}?\band\s+paste\b|paste\s+(?:the\s+|its\s+|their\s+)?(?:output|results?|what\b))"
+)
 _CODE_SPAN = re.compile(r"```[^\n]*\n(?P<block>.*?)```|`(?P<inline>[^`\n]+)`", re.S)
-_COMMAND_LIKE = re.compile(r"^[A-Za-z][\w.\-]*\s+\S")
+_COMMAND_LIKE = re.compile(r"^[A-Za-z][\w.\-]*\s+(?!=)\S")
 
 
 def _asked_command(text: str, offered: bool) -> tuple[str, int, int] | None:
     """The command a message gives to be run and pasted, with its span: the last code
     span before its request to paste what it printed, or, when the user offered to paste
-    (``offered``), the last code span of the message."""
+    (``offered``), the last fenced block of the message."""
     ask = _PASTE_ASK.search(text)
     if ask is None and not offered:
         return None
     found = None
     for m in _CODE_SPAN.finditer(text, 0, ask.start() if ask is not None else len(text)):
         g = "block" if m.group("block") is not None else "inline"
+        if ask is None and g == "inline":
+            continue  # without a request, only a command set apart to be run counts
         code = m.group(g)
         if _COMMAND_LIKE.match(code.strip()):
             lead = len(code) - len(code.lstrip())

@@ -338,3 +338,26 @@ def test_algorithm_names_are_no_ticket_keys() -> None:
     text = "Warning: Permanently added 'compute.6028411937765120934' (ED25519) to the list of known hosts; key type CV25519."
     found = extract_snapshot(from_openai_chat({"messages": [{"role": "user", "content": text}]}), cache=None)
     assert not [i.value for i in found if i.kind == "ticket_id"]
+
+
+@pytest.mark.parametrize(
+    "command,mutating",
+    [
+        # option words speak only when nothing else does, a write verb over a read one
+        ("leasectl --log-json acquire build-lock", True),
+        ("migratectl --log-level=debug --execute", True),
+        ("opsctl --show-diff --auto-approve", True),
+        ("vendorcli --no-check-certificate --upload-file report.csv", True),
+        # a body that writes is no read, whatever endpoint carries it
+        ("curl -s -X POST http://influx:8086/query --data-urlencode 'q=DROP DATABASE metrics'", True),
+        # checkout -B resets a branch: not additive
+        ("git checkout -B main origin/main", True),
+    ],
+)
+def test_review_cases_of_session_41(command: str, mutating: bool) -> None:
+    assert classify_command(command).mutating is mutating
+
+
+def test_checkout_dash_b_is_no_additive_change() -> None:
+    assert "git:additive" not in classify_command("git checkout -B main origin/main").domains
+    assert "git:additive" in classify_command("git checkout feature/cache").domains

@@ -712,3 +712,28 @@ def test_a_detached_jobs_id_in_a_one_column_result_is_what_it_started() -> None:
     assert {i.why for i in _calls(("execute_bash", {"command": cmd}, out)) if i.value == job} == {"2a"}
     counted = _calls(("execute_bash", {"command": "cockroach sql -e \"SELECT count(*) FROM orders\""}, "  count\n---------\n  4182207\n(1 row)"))
     assert [i.value for i in counted] == []
+
+
+def test_review_cases_of_session_41_in_provenance() -> None:
+    """A commit made under ``git -C dir`` is still a commit (§2a); a reference the change's
+    tool name names is re-pointed (§2b); a key named after a query is no receipt."""
+    sha = "4c1f2e3d4b5a69788f7e6d5c4b3a29180f7e6d5c"
+    made = _calls(("bash", {"command": "git -C /srv/app commit -am fix && git -C /srv/app rev-parse HEAD"}, f"[main 4c1f2e3] fix\n 1 file changed\n{sha}"))
+    assert {i.why for i in made if i.value == sha} == {"2a"}
+    old = "usr_8f3Kq92LmZx4Tb"
+    read = ("get_ticket", {"ticket_id": 48301}, json.dumps({"id": 48301, "requester_id": old}))
+    moved = ("update_ticket_requester", {"ticket_id": 48301, "user": "usr_Q71nB2vX9kLm0p"}, '{"ok": true}')
+    assert {i.why for i in _calls(read, moved) if i.value == old} == {"2b"}
+    saved = "sq_8f3Kq92LmZx4Tb7c"
+    tile = ("get_dashboard_tile", {"tile": 7}, json.dumps({"id": 7, "saved_query_id": saved}))
+    repoint = ("update_dashboard_tile", {"tile": 7, "saved_query_id": "sq_Z71nB2vX9kLm0p3d"}, '{"ok": true}')
+    assert {i.why for i in _calls(tile, repoint) if i.value == saved} == {"2b"}
+
+
+def test_an_offer_to_paste_joins_only_commands_set_apart() -> None:
+    """After a user offered to paste what it runs, a command mentioned inline in passing is
+    not one it ran: its reply is no output of it."""
+    offer = "I'll run whatever you give me and paste the output."
+    order = "ord_8f3Kq92LmZx4Tb7c"
+    said = _snap(("user", offer), ("assistant", "Later we could try `kubectl rollout undo deploy/web` if needed."), ("user", f"ok. the order is {order}"))
+    assert all(i.regenerable for i in said if i.value == order)
