@@ -202,7 +202,8 @@ _COMMAND_LIKE = re.compile(r"^[A-Za-z][\w.\-]*\s+(?!=)\S")
 
 def _asked_command(text: str, offered: bool) -> tuple[str, int, int] | None:
     """The command a message gives to be run and pasted, with its span: the last code
-    span before its request to paste what it printed, or, when the user offered to paste
+    span before its request to paste what it printed (or the fenced block right after the
+    request, when none comes before it), or, when the user offered to paste
     (``offered``), the last fenced block of the message."""
     ask = _PASTE_ASK.search(text)
     if ask is None and not offered:
@@ -216,6 +217,13 @@ def _asked_command(text: str, offered: bool) -> tuple[str, int, int] | None:
         if _COMMAND_LIKE.match(code.strip()):
             lead = len(code) - len(code.lstrip())
             found = (code.strip(), m.start(g) + lead, m.start(g) + lead + len(code.strip()))
+    if found is None and ask is not None:
+        # the request before its command ("run this and paste the output:" and a block)
+        after = _CODE_SPAN.search(text, ask.end())
+        block = after.group("block") if after is not None else None
+        if after is not None and block is not None and _COMMAND_LIKE.match(block.strip()):
+            lead = len(block) - len(block.lstrip())
+            found = (block.strip(), after.start("block") + lead, after.start("block") + lead + len(block.strip()))
     return found
 
 

@@ -737,3 +737,12 @@ def test_an_offer_to_paste_joins_only_commands_set_apart() -> None:
     order = "ord_8f3Kq92LmZx4Tb7c"
     said = _snap(("user", offer), ("assistant", "Later we could try `kubectl rollout undo deploy/web` if needed."), ("user", f"ok. the order is {order}"))
     assert all(i.regenerable for i in said if i.value == order)
+
+
+def test_a_request_to_paste_may_come_before_its_command() -> None:
+    """"Run this and paste the output:" and then the command in a block: the reply is that
+    command's output (the same join as with the request after it)."""
+    job = "1277938"
+    asked = "Run this and paste the output:\n\n```\nsbatch --partition=a100 --job-name=ft train_ft.sh\n```"
+    why = {i.value: i.why for i in _snap(("user", "Help me submit my fine-tune."), ("assistant", asked), ("user", f"Submitted batch job {job}"))}
+    assert why[job] == "2a"
