@@ -304,15 +304,14 @@ def _composed_of_others(value: str, step: Step, text: str) -> bool:
     inside = [e for e in _values_inside(low, step) if e != low]
     if not inside:
         return False
-    hay = _lower(text)
+    if step.lowered is None:
+        step.lowered = {}
+    hay = step.lowered.get(id(text))
+    if hay is None:
+        hay = step.lowered[id(text)] = text.lower()
     times = hay.count(low)
     others = [e for e in inside if hay.count(e) > times * low.count(e)]
     return bool(others) and all(any(p in e for e in others) for p in pieces)
-
-
-@lru_cache(maxsize=64)
-def _lower(text: str) -> str:
-    return text.lower()
 
 
 def _values_inside(low: str, step: Step) -> list[str]:

@@ -40,8 +40,10 @@ class Step:
     out_values: set[str] = field(default_factory=set)
     #: Later state-changing steps that link to this one (computed on demand).
     later: list[Step] | None = None
-    #: ``out_values`` by their alphanumeric runs (built on demand, by provenance).
+    #: ``out_values`` by their alphanumeric runs, and its output texts lower-cased by
+    #: ``id`` (built on demand by provenance, for one judgement).
     run_index: dict[str, list[str]] | None = None
+    lowered: dict[int, str] | None = None
 
 
 def _mutating(cls_mut: bool | None, output: str) -> bool | None:
@@ -213,18 +215,23 @@ def _asked_command(text: str, offered: bool) -> tuple[str, int, int] | None:
         g = "block" if m.group("block") is not None else "inline"
         if ask is None and g == "inline":
             continue  # without a request, only a command set apart to be run counts
-        code = m.group(g)
-        if _COMMAND_LIKE.match(code.strip()):
-            lead = len(code) - len(code.lstrip())
-            found = (code.strip(), m.start(g) + lead, m.start(g) + lead + len(code.strip()))
+        found = _command_span(m, g) or found
     if found is None and ask is not None:
         # the request before its command ("run this and paste the output:" and a block)
         after = _CODE_SPAN.search(text, ask.end())
-        block = after.group("block") if after is not None else None
-        if after is not None and block is not None and _COMMAND_LIKE.match(block.strip()):
-            lead = len(block) - len(block.lstrip())
-            found = (block.strip(), after.start("block") + lead, after.start("block") + lead + len(block.strip()))
+        if after is not None and after.group("block") is not None:
+            found = _command_span(after, "block")
     return found
+
+
+def _command_span(m: re.Match[str], group: str) -> tuple[str, int, int] | None:
+    """The command a code span holds, stripped, with its span; ``None`` if it holds none."""
+    code = m.group(group)
+    command = code.strip()
+    if not _COMMAND_LIKE.match(command):
+        return None
+    start = m.start(group) + len(code) - len(code.lstrip())
+    return command, start, start + len(command)
 
 
 def _join_pasted(
