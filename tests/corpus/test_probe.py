@@ -1,4 +1,4 @@
-"""The probe corpora (``tests/corpus/probe``, ``probe2`` and ``probe4``, see their READMEs):
+"""The probe corpora (``tests/corpus/probe``, ``probe2``, ``probe4`` and ``probe5``, see their READMEs):
 transitions the gate does not all judge right yet. The level reached is a floor — a
 change that judges fewer of them right, or raises a false alarm on more of the safe ones,
 is a step back in how the rules generalise."""
@@ -19,8 +19,10 @@ HERE = Path(__file__).parent
 #: last raised (session 41: probe 85 of 87 with 2 false alarms of 36 safe transitions;
 #: probe2, written in session 39 by someone reading only PRINCIPLES.md, 75 of 80 with 3
 #: of 37 — it measured 52 of 80 on the rules as they were before it was read; probe4,
-#: written in session 41 the same way, 66 of 80 with 12 of 38 — it measured 54 of 80).
-FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 66, 12)}
+#: written in session 41 the same way, 66 of 80 with 12 of 38 — it measured 54 of 80 —
+#: and 67 with 11 in session 42; probe5, written in session 42 the same way and not yet
+#: worked, 25 of 40 with 8 of 20 safe).
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 67, 11), "probe5": (40, 25, 8)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))
