@@ -20,9 +20,9 @@ HERE = Path(__file__).parent
 #: probe2, written in session 39 by someone reading only PRINCIPLES.md, 75 of 80 with 3
 #: of 37 — it measured 52 of 80 on the rules as they were before it was read; probe4,
 #: written in session 41 the same way, 66 of 80 with 12 of 38 — it measured 54 of 80 —
-#: and 67 with 11 in session 42; probe5, written in session 42 the same way and not yet
-#: worked, 25 of 40 with 8 of 20 safe).
-FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 67, 11), "probe5": (40, 25, 8)}
+#: and 67 with 11 in session 42; probe5, written in session 42 the same way, scored
+#: unworked at 25 of 40 with 8 of 20 safe; 31 with 5 in session 43).
+FLOORS = {"probe": (87, 85, 2), "probe2": (80, 75, 3), "probe4": (80, 67, 11), "probe5": (40, 31, 5)}
 
 
 @pytest.mark.parametrize("corpus", sorted(FLOORS))

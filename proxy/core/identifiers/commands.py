@@ -24,7 +24,6 @@ judged in :mod:`.shell`, one program's words in :mod:`.programs`.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -39,7 +38,14 @@ from .callkinds import (
     name_words,
     phrasal_verb,
 )
-from .programs import SQL_MUT_RE, SQL_RO_RE, posts_a_read, sql_text_class, writes_in_body
+from .programs import (
+    GRAPHQL_OP,
+    SQL_MUT_RE,
+    SQL_RO_RE,
+    posts_a_read,
+    sql_text_class,
+    writes_in_body,
+)
 from .shell import classify_chain, file_domain, split_segments
 
 __all__ = [
@@ -191,9 +197,6 @@ def _noun_domain(words: list[str]) -> str | None:
     return "tool:" + (n[:-1] if n.endswith("s") and not n.endswith("ss") else n)
 
 
-#: A GraphQL document's operation: ``mutation …``, ``query …`` or a bare selection set
-#: ``{ … }`` (a query); a subscription reads.
-_GRAPHQL_OP = re.compile(r"\s*(?:#[^\n]*\n\s*)*(?:(mutation|query|subscription)\b[^{]*\{|(\{)\s*[A-Za-z_])")
 _CODE_KEYS = ("code", "script", "source", "cell", "python", "js", "javascript", "expression")
 def _appending(domains: Iterable[str], adds: bool) -> frozenset[str]:
     """The domains of a change; one that only adds (an append verb, an ``INSERT``) touches
@@ -261,7 +264,7 @@ def classify_call(tool_name: str | None, arguments: str = "") -> CallClass:
     for k in ("query", "document", "graphql", "operation"):
         v = args.get(k)
         if isinstance(v, str):
-            op = _GRAPHQL_OP.match(v)
+            op = GRAPHQL_OP.match(v)
             # a bare selection set ``{ … }`` is GraphQL only on a tool that says so (a
             # Mongo filter is written the same way)
             if op and (op.group(1) or "graphql" in words or k in ("graphql", "document")):

@@ -162,7 +162,12 @@ def _name_tokens(text: str, *, verbs: bool = False) -> set[str]:
             if len(t) >= 3:
                 out.add(t)
             continue
-        if len(t) < 3 or t in _STOP or (t in _VERBS and not verbs) or "://" in t:
+        if "://" in t:
+            scheme, _, rest = t.partition("://")
+            if scheme in ("http", "https", "ws", "wss") or "://" in rest:
+                continue  # an endpoint of an API, not a resource's name
+            t = rest  # docker://reg/repo:tag, s3://bucket/key: the reference names it
+        if len(t) < 3 or t in _STOP or (t in _VERBS and not verbs):
             continue
         out.add(t)
         if "/" in t and not t.startswith("/"):  # kind/name -> name
@@ -187,13 +192,37 @@ def _json_values(obj: Any, out: list[str]) -> None:
             out.append(s)
 
 
+#: Copy commands (``cp``, ``skopeo copy``, ``crane copy``, ``aws s3 cp``): what they change
+#: is their destination, the last operand; their sources stay as they were. (``sync`` and
+#: ``tag`` are left out: ``argocd app sync NAME``, ``git tag NAME COMMIT`` change their
+#: first operand.)
+_COPY_PROGRAMS = frozenset("cp scp rsync".split())
+_COPY_SUBCOMMANDS = frozenset("cp copy".split())
+
+
+def _copy_sources(words: list[str]) -> set[int]:
+    """Indexes of the source operands of a copy command, whose names are no resource the
+    copy changes (PRINCIPLES §2b: a read of a source is no prior state of the copy)."""
+    if not words:
+        return set()
+    head = words[0].rsplit("/", 1)[-1]
+    at = 1 if head in _COPY_PROGRAMS else next((i + 1 for i in (1, 2) if i < len(words) and words[i] in _COPY_SUBCOMMANDS), 0)
+    if not at:
+        return set()
+    operands = [i for i in range(at, len(words)) if not words[i].startswith("-") and words[i] not in (">", ">>", "|", "2>&1")]
+    return set(operands[:-1]) if len(operands) >= 2 else set()
+
+
 def _command_names(command: str) -> set[str]:
     out: set[str] = set()
     for words in split_segments(command):
         skip = False
+        sources = _copy_sources(words)
         for i, w in enumerate(words):
             if skip:
                 skip = False
+                continue
+            if i in sources:
                 continue
             if i == 0:
                 continue  # the program
@@ -427,7 +456,8 @@ _STATE_NOUNS = frozenset(
 
 def reference_nouns(text: str, start: int) -> frozenset[str]:
     """The nouns of the reference a value stands under (``requester_id`` → requester,
-    ``KmsKeyId`` → kms, ``RotationLambdaARN`` → rotation, lambda), lower case; empty
+    ``KmsKeyId`` → kms, ``RotationLambdaARN`` → rotation, lambda, ``started_by`` →
+    started), lower case; empty
     for a bare identity key (``"id": …``), a key of the entity's own state
     (``VersionId``: what a change of the entity moves) or no key at all. A change
     re-points such a reference only by naming it (PRINCIPLES §2b)."""
@@ -435,6 +465,10 @@ def reference_nouns(text: str, start: int) -> frozenset[str]:
     if not label:
         return frozenset()
     words = [w.lower() for w in _KEY_WORDS.findall(label)]
+    if len(words) >= 2 and words[-1] == "by":
+        # an actor key (``started_by``, ``approvedBy``): the user who did a past act, a
+        # reference to another entity
+        return frozenset(w for w in words[:-1] if len(w) >= 3 and not w.isdigit())
     if len(words) < 2 or words[-1] not in _ID_WORDS or any(w in _STATE_NOUNS for w in words):
         return frozenset()
     return frozenset(w for w in words[:-1] if len(w) >= 3 and not w.isdigit() and w not in _GENERIC_NOUNS)

@@ -6,6 +6,7 @@ programs no table knows are :mod:`.shell`'s."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -433,6 +434,9 @@ def flyway(args: list[str]) -> Seg:
     return _by_subcommand("flyway", pos[0] if pos else "", _FLYWAY_RO, _FLYWAY_MUT)
 
 
+_CURL_BODY_OPTS = frozenset(("-d", "--data", "--data-raw", "--data-binary", "--json"))
+
+
 def curl(args: list[str], prog: str) -> Seg:
     method = None
     for i, a in enumerate(args):
@@ -450,6 +454,9 @@ def curl(args: list[str], prog: str) -> Seg:
         return ro(f"{prog} {method or 'GET'}", "http")
     if method == "POST" and any(posts_a_read(a) for a in positional(args, _CURL_OPTS_WITH_ARG)) and not any(writes_in_body(a) for a in args):
         return ro(f"{prog} POST (read endpoint)", "http")
+    bodies = [args[i + 1] for i, a in enumerate(args[:-1]) if a in _CURL_BODY_OPTS]
+    if method == "POST" and bodies and all(graphql_query(b) for b in bodies):
+        return ro(f"{prog} POST (GraphQL query)", "http", "graphql")
     return mut(f"{prog} {method}", "http")
 
 
@@ -462,6 +469,26 @@ _CURL_OPTS_WITH_ARG = frozenset(
 _READ_ENDPOINT = re.compile(
     r"(?i)(?:/|:|/_)(?:get|list|search|msearch|query|lookup|describe|find|count|batch[-_]?get|retrieve|fetch|validate|explain|preview)(?:[?#].*)?$"
 )
+
+
+#: A GraphQL document's operation: ``mutation …``, ``query …`` or a bare selection set
+#: ``{ … }`` (a query); a subscription reads.
+GRAPHQL_OP = re.compile(r"\s*(?:#[^\n]*\n\s*)*(?:(mutation|query|subscription)\b[^{]*\{|(\{)\s*[A-Za-z_])")
+
+
+def graphql_query(body: str) -> bool:
+    """A JSON request body carrying a GraphQL document that is a query, not a mutation
+    (``{"query": "{ runsOrError(…) { … } }"}``): the GraphQL operation decides, not the
+    POST that carries it (PRINCIPLES §2: what ran decides)."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return False
+    doc = obj.get("query") if isinstance(obj, dict) else None
+    if not isinstance(doc, str):
+        return False
+    op = GRAPHQL_OP.match(doc)
+    return op is not None and op.group(1) != "mutation" and not writes_in_body(doc)
 
 
 def writes_in_body(text: str) -> bool:

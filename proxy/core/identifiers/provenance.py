@@ -335,6 +335,29 @@ def _values_inside(low: str, step: Step) -> list[str]:
     return out
 
 
+#: A change that accepted work for later: its request is an operation still running.
+_ACCEPTED = re.compile(r"(?i)\b(?:will be processed|accepted for processing|is being processed|queued|in progress|pending)\b")
+#: An HTTP header line (``x-request-id: …``, ``PayPal-Debug-Id: …``): the transport's trace.
+_HEADER_LINE = re.compile(r"\s*[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+\s*:")
+
+
+def _operation_request(ident: Identifier, step: Step, text: str) -> bool:
+    """A request id that a change printed as the handle of what it made, not as a trace
+    of its HTTP call (PRINCIPLES §2a, §3d): the step created a request (``tsh request
+    create``: an access request is the entity), or it accepted the work for later
+    processing (``"result": "Request will be processed"``, ``Status: PENDING``), so the
+    request id is the only handle to the operation's outcome. A header line stays the
+    transport's trace id."""
+    if ident.kind != "request_id":
+        return False
+    ls = text.rfind("\n", 0, ident.start) + 1
+    if _HEADER_LINE.match(text, ls):
+        return False
+    if step.creates and "request" in _own_words(step):
+        return True
+    return _ACCEPTED.search(text) is not None
+
+
 def _in(value: str, text: str) -> bool:
     return bool(text) and value.lower() in text.lower()
 
@@ -365,8 +388,10 @@ def _decide(
     # that leased the message gives it; a step known to read can give it again
     issued = klass == "receipt" and st is not None and st.mutating is None
     if first.role == _OUT and st is not None and (st.mutating is True or issued) and not reports_failure(st.output):
-        if klass == "noise":
+        if klass == "noise" and not _operation_request(ident, st, first.text):
             reason = "3d"
+        elif klass == "noise":
+            return "2a"  # the handle of an accepted request: the only way to its outcome
         elif klass == "state" and not st.additive:
             reason = "3c"  # the new value of a state: read it again
             # (what a step that only adds prints of a state — the LSN a new slot starts
@@ -406,7 +431,9 @@ def _decide(
             if o.role != _OUT or o.step is None:
                 continue
             r = o.step
-            if r.mutating is True and prior_marked(o.text, _token_start(o.ident), o.ident.end):
+            if r.mutating is True and not _in(value, r.args) and prior_marked(o.text, _token_start(o.ident), o.ident.end):
+                # what a change reports it moved from; not an echo of its own arguments
+                # (``Copying from reg/app:1.42.0 to …`` names the source it was given)
                 return "2b"
             if r.history or _in(value, r.args) or (klass == "version" and superseded(o)):
                 continue

@@ -46,9 +46,13 @@ class Step:
     lowered: dict[int, str] | None = None
 
 
-def _mutating(cls_mut: bool | None, output: str) -> bool | None:
+def _mutating(cls_mut: bool | None, output: str, command: str | None = None) -> bool | None:
     if cls_mut is not None:
         return cls_mut
+    if command and is_history(None, command):
+        # a command that lists past records (``journalctl -u nginx``) prints what other
+        # acts did ("Started nginx.service"): its output is no evidence of its own act
+        return False
     return output_says_changed(output)
 
 
@@ -63,7 +67,7 @@ def call_step(mi: int, pi: int, tool: str | None, args: str, cls: CallClass, out
         command=cls.command,
         args=args,
         output=output,
-        mutating=_mutating(cls.mutating, output),
+        mutating=_mutating(cls.mutating, output, cls.command),
         keys=link_keys(tool, cls.command, args, cls.domains),
         history=is_history(tool, cls.command),
         creates=creates(tool, cls.command or args[:200], output),
@@ -100,7 +104,7 @@ def text_step(mi: int, pi: int, text: str, ts: TextStep, observed: str | None = 
         command=command,
         args=args,
         output=output,
-        mutating=_mutating(cls.mutating, output),
+        mutating=_mutating(cls.mutating, output, command),
         keys=link_keys(ts.tool, command, args, cls.domains),
         history=is_history(ts.tool, command),
         creates=creates(ts.tool, command, output),

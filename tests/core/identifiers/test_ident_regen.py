@@ -325,3 +325,99 @@ def test_a_failed_request_mints_nothing(status: str, required: bool) -> None:
     assert regen_of(extract_snapshot(s, cache=None), dep) is (not required)
     assert reports_failure(f"{status}\n\n{{}}") is (not required)
     assert reports_failure(f"curl said: {status}") is False  # a status line opens the output
+
+
+# --------------------------------------------------------------------------- session 43 (probe5)
+
+
+@pytest.mark.parametrize(
+    ("body", "mutating"),
+    [
+        ('{"query":"{ runsOrError(limit:3){ ... on Runs { results { runId } } } }"}', False),
+        ('{"query":"query Runs { runs { runId } }"}', False),
+        ('{"query":"mutation { launchRun(runId:\\"x\\") { runId } }"}', True),
+        ('{"name":"web"}', True),
+    ],
+)
+def test_a_graphql_query_posted_by_curl_reads(body: str, mutating: bool) -> None:
+    """The GraphQL operation decides, not the POST that carries it (PRINCIPLES §2)."""
+    from proxy.core.identifiers.commands import classify_command
+
+    cls = classify_command(f"curl -s https://acme.dagster.cloud/prod/graphql -H 'Content-Type: application/json' -d '{body}'")
+    assert cls.mutating is mutating
+
+
+def test_a_log_listing_that_says_started_is_no_change() -> None:
+    """journalctl prints what other acts did ("Started nginx.service"): its cursor is a
+    read's value (§3a), not minted by it."""
+    cursor = "s=7f2efdd18120ea53d1eb5043ddf1a45c;i=f1bec0"
+    s = snap({"role": "user", "content": "why does nginx restart?"},
+             call(1, "journalctl -u nginx --show-cursor -n 2 --no-pager"),
+             result(1, f"Mar 12 07:58:06 edge-03 systemd[1]: Started nginx.service.\n-- cursor: {cursor}"))
+    ids = extract_snapshot(s, cache=None)
+    assert regen_of(ids, "7f2efdd18120ea53d1eb5043ddf1a45c")
+
+
+DIGEST_PROD = "sha256:7bce3c1ac822fc069bd621786740d03b5affc097a6c3928b2de887a45fd48088"
+DIGEST_RC = "sha256:67ec1921826745a796c7c74c8cf39bb5422e5dc18fa82e7a9ecada62b479a004"
+
+
+def test_a_copy_changes_its_destination_named_by_a_transport_url() -> None:
+    """``docker://reg/repo:prod`` names the tag a later ``skopeo copy`` overwrites: the
+    digest read of it is prior state (§2b); the copy's source is not changed by it."""
+    s = snap({"role": "user", "content": "promote rc to prod"},
+             call(1, "skopeo inspect --format '{{.Digest}}' docker://quay.io/acme/api:prod"), result(1, DIGEST_PROD),
+             call(2, "skopeo inspect --format '{{.Digest}}' docker://quay.io/acme/api:rc-7"), result(2, DIGEST_RC),
+             call(3, "skopeo copy docker://quay.io/acme/api:rc-7 docker://quay.io/acme/api:prod"), result(3, "Writing manifest to image destination"))
+    ids = extract_snapshot(s, cache=None)
+    assert not regen_of(ids, DIGEST_PROD)
+    assert regen_of(ids, DIGEST_RC)
+
+
+def test_a_copy_echoing_its_source_reports_no_prior_state() -> None:
+    """``Copying from A to B`` names the source the agent gave: an echo of its arguments
+    (§3b), not what the change moved from."""
+    src = "harbor.acme.io/ledger/worker:1.42.0"
+    s = snap({"role": "user", "content": "promote 1.42.0 to stable"},
+             call(1, f"crane copy {src} harbor.acme.io/ledger/worker:stable"),
+             result(1, f"Copying from {src} to harbor.acme.io/ledger/worker:stable\nexisting blob: {DIGEST_RC}"))
+    ids = extract_snapshot(s, cache=None)
+    assert all(i.regenerable for i in by_value(ids, src))
+
+
+@pytest.mark.parametrize(
+    ("output", "required"),
+    [
+        ('{"result": "Request will be processed", "took": 0.3, "requestId": "c876a8a5-ecaa-4a91-9a56-dd26bf05723f"}', True),
+        ('{"result": "Created", "took": 0.3, "requestId": "c876a8a5-ecaa-4a91-9a56-dd26bf05723f"}', False),
+        ("HTTP/2 202\nx-request-id: c876a8a5-ecaa-4a91-9a56-dd26bf05723f\n\n{\"status\": \"queued\"}", False),
+    ],
+)
+def test_the_request_id_of_an_accepted_operation_is_its_handle(output: str, required: bool) -> None:
+    """An async write's request id is the only handle to its outcome (§2a); a finished
+    write's request id, or a header's trace id, is noise (§3d)."""
+    s = snap({"role": "user", "content": "raise the alert"},
+             call(1, "curl -s -X POST https://api.eu.opsgenie.com/v2/alerts -d '{\"message\": \"disk\"}'"),
+             result(1, output))
+    assert regen_of(extract_snapshot(s, cache=None), "c876a8a5-ecaa-4a91-9a56-dd26bf05723f") is (not required)
+
+
+def test_a_created_request_entity_is_minted() -> None:
+    """``tsh request create`` makes an access request: its Request ID is that entity (§2a)."""
+    rid = "a0697bc6-3c1b-4c28-b5b6-df2be5832faf"
+    s = snap({"role": "user", "content": "get db-admin"},
+             call(1, "tsh request create --roles=db-admin --nowait"),
+             result(1, f"Creating request...\nRequest ID: {rid}\nStatus:     PENDING"))
+    assert not regen_of(extract_snapshot(s, cache=None), rid)
+
+
+def test_an_actor_key_is_a_reference_a_change_does_not_repoint() -> None:
+    """``started_by`` names who did a past act: approving the workflow does not re-point it
+    (§2b needs a state the change moves)."""
+    user = "6a7a5e99-c135-48d6-8a23-35522538d9fa"
+    wf = "77909213-3174-45fc-b4cd-468f30acecdc"
+    listing = json.dumps({"items": [{"id": wf, "name": "release", "status": "running", "started_by": user}]})
+    s = snap({"role": "user", "content": "approve the hold"},
+             call(1, "curl -s https://circleci.com/api/v2/pipeline/p1/workflow"), result(1, listing),
+             call(2, f"curl -s -X POST https://circleci.com/api/v2/workflow/{wf}/approve/a1"), result(2, '{"message": "Accepted."}'))
+    assert regen_of(extract_snapshot(s, cache=None), user)
