@@ -198,6 +198,7 @@ def _json_values(obj: Any, out: list[str]) -> None:
 #: first operand.)
 _COPY_PROGRAMS = frozenset("cp scp rsync".split())
 _COPY_SUBCOMMANDS = frozenset("cp copy".split())
+_REDIRECT = re.compile(r"\d?(?:>|<|&>)")
 
 
 def _copy_sources(words: list[str]) -> set[int]:
@@ -209,8 +210,13 @@ def _copy_sources(words: list[str]) -> set[int]:
     at = 1 if head in _COPY_PROGRAMS else next((i + 1 for i in (1, 2) if i < len(words) and words[i] in _COPY_SUBCOMMANDS), 0)
     if not at:
         return set()
-    operands = [i for i in range(at, len(words)) if not words[i].startswith("-") and words[i] not in (">", ">>", "|", "2>&1")]
-    return set(operands[:-1]) if len(operands) >= 2 else set()
+    operands: list[int] = []
+    for i in range(at, len(words)):
+        if _REDIRECT.match(words[i]):
+            break  # a redirection and its file are no operands of the copy
+        if not words[i].startswith("-"):
+            operands.append(i)
+    return set(operands[:-1])
 
 
 def _command_names(command: str) -> set[str]:

@@ -431,11 +431,12 @@ def _decide(
             if o.role != _OUT or o.step is None:
                 continue
             r = o.step
-            if r.mutating is True and not _in(value, r.args) and prior_marked(o.text, _token_start(o.ident), o.ident.end):
+            named = _in(value, r.args)
+            if r.mutating is True and not named and prior_marked(o.text, _token_start(o.ident), o.ident.end):
                 # what a change reports it moved from; not an echo of its own arguments
                 # (``Copying from reg/app:1.42.0 to …`` names the source it was given)
                 return "2b"
-            if r.history or _in(value, r.args) or (klass == "version" and superseded(o)):
+            if r.history or named or (klass == "version" and superseded(o)):
                 continue
             if r.mutating is False and names_the_call(o.text, o.ident.start):
                 continue  # the read's own receipt (its statement handle, its request id)
